@@ -1,0 +1,260 @@
+"""A thin typed layer over nats-py: protobuf payloads, durable JetStream consumers, request/reply.
+
+Handler contract for `Bus.consume`:
+- returns normally            → the message is acked;
+- raises `Poison`             → the message is terminated (never redelivered) and logged;
+- raises any other exception  → nak with an exponential backoff; JetStream stops after max_deliver.
+A payload that does not decode as the subject's message type is terminated and logged as malformed.
+Handlers must be idempotent: JetStream delivers at least once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import nats
+from google.protobuf.message import DecodeError, Message
+from google.protobuf.unknown_fields import UnknownFieldSet
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
+from nats.js.errors import BadRequestError, NotFoundError
+
+from services.common import subjects
+from services.common.log import get_logger
+
+M = TypeVar("M", bound=Message)
+R = TypeVar("R", bound=Message)
+
+log = get_logger("bus")
+
+
+class Poison(Exception):
+    """The message can never be handled: terminate it instead of redelivering."""
+
+
+@dataclass(frozen=True)
+class Delivery:
+    subject: str
+    stream_seq: int
+    num_delivered: int
+
+
+Handler = Callable[[M, Delivery], Awaitable[None]]
+
+
+def _has_unknown_fields(message: Message) -> bool:
+    return len(UnknownFieldSet(message)) > 0
+
+
+def parse(msg_type: type[M], data: bytes) -> M:
+    message = msg_type()
+    try:
+        message.ParseFromString(data)
+    except (DecodeError, ValueError) as exc:
+        raise Poison(f"malformed {msg_type.__name__}: {exc}") from exc
+    if _has_unknown_fields(message):
+        raise Poison(f"malformed {msg_type.__name__}: fields this version does not know")
+    return message
+
+
+class Bus:
+    def __init__(self, nc: Client, name: str) -> None:
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream()
+        self.name = name
+        self._tasks: list[asyncio.Task] = []
+        self._pull_subs: list[JetStreamContext.PullSubscription] = []
+        self._stopping = asyncio.Event()
+
+    @classmethod
+    async def connect(cls, url: str, name: str) -> Bus:
+        async def on_error(exc: Exception) -> None:
+            log.warning("nats error", service=name, error=str(exc))
+
+        nc = await nats.connect(
+            url,
+            name=name,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+            error_cb=on_error,
+        )
+        bus = cls(nc, name)
+        await bus.ensure_streams()
+        return bus
+
+    async def ensure_streams(self) -> None:
+        for stream in subjects.STREAMS:
+            config = StreamConfig(
+                name=stream.name,
+                subjects=list(stream.subjects),
+                storage=StorageType.FILE,
+                max_bytes=stream.max_bytes,
+                max_age=stream.max_age_s,
+                duplicate_window=300.0,
+            )
+            try:
+                await self.js.stream_info(stream.name)
+                await self.js.update_stream(config)
+            except NotFoundError:
+                try:
+                    await self.js.add_stream(config)
+                except BadRequestError:  # another service created it meanwhile
+                    await self.js.stream_info(stream.name)
+
+    # -- publishing -------------------------------------------------------------------------
+    async def publish(self, subject: str, message: Message, *, msg_id: str | None = None) -> bool:
+        """Durable publish. `msg_id` de-duplicates within the stream's window; returns False on a dup."""
+        headers = {"Nats-Msg-Id": f"{subject}:{msg_id}"} if msg_id else None
+        ack = await self.js.publish(subject, message.SerializeToString(), headers=headers)
+        return not ack.duplicate
+
+    async def publish_core(self, subject: str, message: Message) -> None:
+        await self.nc.publish(subject, message.SerializeToString())
+
+    # -- consuming --------------------------------------------------------------------------
+    async def consume(
+        self,
+        subject: str,
+        msg_type: type[M],
+        handler: Handler[M],
+        *,
+        durable: str,
+        max_deliver: int = 6,
+        ack_wait_s: float = 30.0,
+        batch: int = 16,
+        deliver_new: bool = False,
+    ) -> None:
+        """Start a durable pull consumer. Processes sharing `durable` split the work (queue group)."""
+        config = ConsumerConfig(
+            durable_name=durable,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=ack_wait_s,
+            max_deliver=max_deliver,
+            deliver_policy=DeliverPolicy.NEW if deliver_new else DeliverPolicy.ALL,
+            filter_subject=subject,
+        )
+        sub = await self.js.pull_subscribe(subject, durable=durable, config=config)
+        self._pull_subs.append(sub)
+        task = asyncio.create_task(self._pull_loop(sub, msg_type, handler, ack_wait_s, batch, durable))
+        self._tasks.append(task)
+
+    async def _pull_loop(self, sub, msg_type, handler, ack_wait_s, batch, durable) -> None:
+        while not self._stopping.is_set():
+            try:
+                msgs = await sub.fetch(batch, timeout=1.0)
+            except nats.errors.TimeoutError:
+                continue
+            except (nats.errors.ConnectionClosedError, asyncio.CancelledError):
+                return
+            except Exception as exc:  # reconnecting: keep trying
+                log.warning("fetch failed", durable=durable, error=str(exc))
+                await asyncio.sleep(0.5)
+                continue
+            for msg in msgs:
+                if self._stopping.is_set():
+                    await msg.nak()
+                    continue
+                await self._handle(msg, msg_type, handler, ack_wait_s, durable)
+
+    async def _handle(self, msg: Msg, msg_type, handler, ack_wait_s: float, durable: str) -> None:
+        meta = msg.metadata
+        delivery = Delivery(msg.subject, meta.sequence.stream, meta.num_delivered)
+        keepalive = asyncio.create_task(_keep_in_progress(msg, ack_wait_s / 3))
+        try:
+            message = parse(msg_type, msg.data)
+            await handler(message, delivery)
+        except Poison as exc:
+            log.error("message terminated", subject=msg.subject, seq=delivery.stream_seq,
+                      consumer=durable, reason=str(exc))
+            await msg.term()
+        except Exception as exc:
+            delay = min(2.0 ** delivery.num_delivered, 30.0)
+            log.warning("handler failed; will retry", subject=msg.subject, seq=delivery.stream_seq,
+                        consumer=durable, attempt=delivery.num_delivered, retry_in_s=delay,
+                        error=f"{type(exc).__name__}: {exc}")
+            await msg.nak(delay=delay)
+        else:
+            await msg.ack()
+        finally:
+            keepalive.cancel()
+
+    async def subscribe(
+        self, subject: str, msg_type: type[M], handler: Callable[[M], Awaitable[None]], *, queue: str = ""
+    ) -> None:
+        """Core (non-durable) subscription, for live views such as progress displays."""
+
+        async def on_msg(msg: Msg) -> None:
+            try:
+                await handler(parse(msg_type, msg.data))
+            except Poison as exc:
+                log.error("malformed message ignored", subject=msg.subject, reason=str(exc))
+
+        await self.nc.subscribe(subject, queue=queue, cb=on_msg)
+
+    # -- request / reply --------------------------------------------------------------------
+    async def serve(
+        self,
+        subject: str,
+        request_type: type[M],
+        reply_type: type[R],
+        handler: Callable[[M], Awaitable[R]],
+        *,
+        queue: str = "",
+    ) -> None:
+        """Answer requests; errors travel back as a reply with its `error` field set."""
+
+        async def on_request(msg: Msg) -> None:
+            try:
+                reply = await handler(parse(request_type, msg.data))
+            except Poison as exc:
+                log.error("malformed request", subject=subject, reason=str(exc))
+                reply = _error_reply(reply_type, str(exc))
+            except Exception as exc:
+                log.exception("request failed", subject=subject)
+                reply = _error_reply(reply_type, f"{type(exc).__name__}: {exc}")
+            if msg.reply:
+                await msg.respond(reply.SerializeToString())
+
+        await self.nc.subscribe(subject, queue=queue or subject, cb=on_request)
+
+    async def request(
+        self, subject: str, message: Message, reply_type: type[R], timeout_s: float = 10.0
+    ) -> R:
+        reply = await self.nc.request(subject, message.SerializeToString(), timeout=timeout_s)
+        return parse(reply_type, reply.data)
+
+    # -- lifecycle --------------------------------------------------------------------------
+    async def close(self) -> None:
+        """Stop fetching, let in-flight handlers finish, then drain the connection."""
+        self._stopping.set()
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=30)
+        for task in self._tasks:
+            task.cancel()
+        # A pull subscription's inbox never drains by itself (nats-py waits out its 30 s timeout).
+        for sub in self._pull_subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        with contextlib.suppress(Exception):
+            await self.nc.drain()
+
+
+def _error_reply(reply_type: type[R], error: str) -> R:
+    reply = reply_type()
+    if "error" in reply.DESCRIPTOR.fields_by_name:
+        reply.error = error  # type: ignore[attr-defined]
+    return reply
+
+
+async def _keep_in_progress(msg: Msg, every_s: float) -> None:
+    """Long handlers (a benchmark, a verification) tell JetStream they are alive."""
+    while True:
+        await asyncio.sleep(every_s)
+        with contextlib.suppress(Exception):
+            await msg.in_progress()

@@ -1,0 +1,68 @@
+"""The slot contract every service shares: names, call signatures and what each returns.
+
+The engine host owns the reference implementations (plain torch); agents generate candidates with
+these signatures; the verifier checks candidates against them. No torch import here on purpose.
+
+A candidate is the source text of a Python module:
+
+    SLOT = "rmsnorm"
+    BACKEND = "torch"          # "torch", "triton" or "compile"
+    def kernel(x, weight, eps): ...
+
+Shapes use: B batch, S new tokens this step (1 in decode), T cached context length,
+Hq / Hkv query / kv heads, D head dim, E model dim, I MLP hidden dim, V vocab.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SlotSignature:
+    name: str
+    params: tuple[str, ...]
+    doc: str
+    region: str  # the region it nests in: attn_block, mlp_block, layer or step
+
+
+SLOTS: dict[str, SlotSignature] = {
+    s.name: s
+    for s in (
+        SlotSignature(
+            "rmsnorm", ("x", "weight", "eps"),
+            "x [B,S,E], weight [E], eps float -> [B,S,E] in x.dtype; "
+            "x * rsqrt(mean(x^2) + eps) * weight, computed in float32", "layer",
+        ),
+        SlotSignature(
+            "add_rmsnorm", ("x", "residual", "weight", "eps"),
+            "x [B,S,E], residual [B,S,E], weight [E], eps -> (rmsnorm(x + residual) [B,S,E], "
+            "x + residual [B,S,E]); inputs are not modified", "layer",
+        ),
+        SlotSignature(
+            "rope", ("x", "freqs_cis"),
+            "x [B,S,H,D], freqs_cis [S,D/2,2] float32 (cos, sin) -> [B,S,H,D] in x.dtype; "
+            "rotates interleaved pairs (x[...,2i], x[...,2i+1]) as in gpt-fast", "attn_block",
+        ),
+        SlotSignature(
+            "attention", ("q", "k", "v", "mask"),
+            "q [B,Hq,S,D], k,v [B,Hkv,T,D] (Hq % Hkv == 0, grouped-query), mask [1 or B,1,S,T] bool "
+            "(True = attend) -> [B,Hq,S,D]; softmax(q k^T / sqrt(D)) v", "attn_block",
+        ),
+        SlotSignature(
+            "silu_mul", ("gate", "up"),
+            "gate [B,S,I], up [B,S,I] -> silu(gate) * up [B,S,I]", "mlp_block",
+        ),
+        SlotSignature(
+            "linear", ("x", "weight"),
+            "x [...,K], weight [N,K] -> x @ weight^T [...,N] (every projection and the LM head)", "layer",
+        ),
+        SlotSignature(
+            "sample", ("logits",),
+            "logits [B,V] -> greedy token ids [B] int64 (argmax, lowest index on ties)", "step",
+        ),
+    )
+}
+
+REGIONS = ("attn_block", "mlp_block", "layer", "step")
+BACKENDS = ("torch", "triton", "compile")

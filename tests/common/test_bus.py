@@ -1,0 +1,83 @@
+"""The bus against a real nats-server: ack, retry, poison, malformed payloads, request/reply."""
+
+from __future__ import annotations
+
+import asyncio
+
+from proto.gen.polymorph.v1 import events_pb2 as ev
+from services.common import subjects
+from services.common.bus import Bus, Delivery, Poison
+
+
+async def _wait_for(predicate, timeout_s: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.05)
+
+
+async def test_publish_consume_and_dedup(bus: Bus) -> None:
+    seen: list[str] = []
+
+    async def handler(msg: ev.Candidate, delivery: Delivery) -> None:
+        seen.append(msg.candidate_id)
+
+    await bus.consume(subjects.CANDIDATES_PROPOSED, ev.Candidate, handler, durable="t1")
+    assert await bus.publish(subjects.CANDIDATES_PROPOSED, ev.Candidate(candidate_id="a"), msg_id="a")
+    # the same id again is a duplicate in the stream's window: never delivered twice
+    assert not await bus.publish(subjects.CANDIDATES_PROPOSED, ev.Candidate(candidate_id="a"), msg_id="a")
+    await bus.publish(subjects.CANDIDATES_PROPOSED, ev.Candidate(candidate_id="b"), msg_id="b")
+    await _wait_for(lambda: len(seen) == 2)
+    await asyncio.sleep(0.3)
+    assert seen == ["a", "b"]
+
+
+async def test_retry_then_success_and_poison_terminated(bus: Bus) -> None:
+    attempts: dict[str, int] = {}
+
+    async def handler(msg: ev.Candidate, delivery: Delivery) -> None:
+        attempts[msg.candidate_id] = delivery.num_delivered
+        if msg.candidate_id == "flaky" and delivery.num_delivered < 2:
+            raise RuntimeError("transient")
+        if msg.candidate_id == "bad":
+            raise Poison("never valid")
+
+    await bus.consume(subjects.CANDIDATES_PROPOSED, ev.Candidate, handler, durable="t2")
+    await bus.publish(subjects.CANDIDATES_PROPOSED, ev.Candidate(candidate_id="flaky"))
+    await bus.publish(subjects.CANDIDATES_PROPOSED, ev.Candidate(candidate_id="bad"))
+    await _wait_for(lambda: attempts.get("flaky") == 2, timeout_s=15)
+    await asyncio.sleep(1.5)
+    assert attempts["bad"] == 1  # terminated, not redelivered
+    info = await bus.js.consumer_info("LOOP", "t2")
+    assert info.num_ack_pending == 0 and info.num_pending == 0
+
+
+async def test_malformed_payload_is_terminated(bus: Bus) -> None:
+    seen: list[str] = []
+
+    async def handler(msg: ev.Candidate, delivery: Delivery) -> None:
+        seen.append(msg.candidate_id)
+
+    await bus.consume(subjects.CANDIDATES_PROPOSED, ev.Candidate, handler, durable="t3")
+    await bus.js.publish(subjects.CANDIDATES_PROPOSED, b"\xff\x00garbage")
+    await bus.publish(subjects.CANDIDATES_PROPOSED, ev.Candidate(candidate_id="ok"))
+    await _wait_for(lambda: seen == ["ok"])
+    await asyncio.sleep(0.5)
+    info = await bus.js.consumer_info("LOOP", "t3")
+    assert info.num_redelivered == 0 and info.num_ack_pending == 0
+
+
+async def test_request_reply_errors_come_back_as_replies(bus: Bus) -> None:
+    async def handler(req: ev.SqlRequest) -> ev.SqlReply:
+        if req.query == "boom":
+            raise ValueError("bad query")
+        return ev.SqlReply(columns=["q"], rows=[ev.SqlRow(values=[req.query])])
+
+    await bus.serve("test.sql", ev.SqlRequest, ev.SqlReply, handler)
+    ok = await bus.request("test.sql", ev.SqlRequest(query="select 1"), ev.SqlReply)
+    assert ok.rows[0].values == ["select 1"]
+    bad = await bus.request("test.sql", ev.SqlRequest(query="boom"), ev.SqlReply)
+    assert "bad query" in bad.error
+    raw = await bus.nc.request("test.sql", b"\xff\xff", timeout=5)
+    assert "malformed" in ev.SqlReply.FromString(raw.data).error
