@@ -1,0 +1,177 @@
+"""`polymorph`: run the loop on one machine, query it, feed it traffic.
+
+Commands import their heavy parts lazily so `polymorph sql` starts in well under a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from services.common.config import CommonSettings, Env
+from services.common.log import configure_logging
+
+DEFAULT_TRACE = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "mooncake_synthetic_trace.jsonl"
+
+
+def _nats_url(args: argparse.Namespace) -> str:
+    from services.console.stack import resolve_nats_url
+
+    return resolve_nats_url(args.nats or Env.current().optional("NATS_URL"), args.data_dir)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from services.console.live import run_up
+
+    return run_up(args.data_dir)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from services.console.demo import DemoOptions, run_demo
+
+    options = DemoOptions(
+        data_dir=args.data_dir / "demo",
+        trace=args.trace,
+        speed=args.speed,
+        timeout_s=args.timeout,
+        summary_json=args.summary_json,
+    )
+    return asyncio.run(run_demo(options))
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from services.console import client, tables
+
+    reply = asyncio.run(client.sql(_nats_url(args), args.query, max_rows=args.max_rows))
+    if reply.error:
+        print(f"error: {reply.error}", file=sys.stderr)
+        return 1
+    if args.format == "csv":
+        sys.stdout.write(tables.sql_csv(reply))
+    elif args.format == "json":
+        print(tables.sql_json(reply))
+    else:
+        Console().print(tables.sql_table(reply))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from services.console import client
+
+    target = args.dir.resolve()
+    reply = asyncio.run(client.export(_nats_url(args), str(target)))
+    if reply.error:
+        print(f"error: {reply.error}", file=sys.stderr)
+        return 1
+    for path in reply.files:
+        print(path)
+    return 0
+
+
+def cmd_optimize(args: argparse.Namespace) -> int:
+    from proto.gen.polymorph.v1 import events_pb2 as ev
+    from services.console import client
+
+    request = ev.StartCampaignRequest(model=args.model, slots=args.slots, budget=args.budget)
+    campaign = asyncio.run(client.start_campaign(_nats_url(args), request))
+    if campaign.stop_reason and not campaign.campaign_id:
+        print(f"error: {campaign.stop_reason}", file=sys.stderr)
+        return 1
+    print(f"campaign {campaign.campaign_id} started: model={campaign.model} slots={','.join(campaign.slots)} "
+          f"budget={campaign.budget}; follow it with `polymorph status --watch`")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from services.console.live import run_status
+
+    return asyncio.run(run_status(_nats_url(args), watch=args.watch))
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from services.traffic_profiler.replay import replay_trace
+
+    stats = asyncio.run(replay_trace(_nats_url(args), args.trace, args.speed, limit=args.limit, progress=True))
+    print(stats)
+    return 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from services.traffic_profiler.report import profile_command
+
+    return profile_command(args.trace, json_out=args.json, plot=args.plot)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = CommonSettings.from_env()
+    parser = argparse.ArgumentParser(prog="polymorph", description=__doc__)
+    parser.add_argument("--data-dir", type=Path, default=common.data_dir,
+                        help="state of the embedded stack (POLYMORPH_DATA_DIR, default .polymorph)")
+    parser.add_argument("--nats", help="NATS URL (POLYMORPH_NATS_URL; default: the running `polymorph up`)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("up", help="start nats-server and the five services here, with live logs").set_defaults(
+        func=cmd_up)
+
+    demo = sub.add_parser("demo", help="replay a real trace with a drift and run the whole loop on llama-tiny")
+    demo.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
+    demo.add_argument("--speed", type=float, default=200.0, help="replay speed (x real time)")
+    demo.add_argument("--timeout", type=float, default=480.0, help="seconds before giving up")
+    demo.add_argument("--summary-json", type=Path, help="write the summary as JSON here")
+    demo.set_defaults(func=cmd_demo)
+
+    sql = sub.add_parser("sql", help="read-only SQL on the registry")
+    sql.add_argument("query")
+    sql.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    sql.add_argument("--max-rows", type=int, default=0)
+    sql.set_defaults(func=cmd_sql)
+
+    export = sub.add_parser("export", help="write every registry table as Parquet into DIR")
+    export.add_argument("dir", type=Path)
+    export.set_defaults(func=cmd_export)
+
+    optimize = sub.add_parser("optimize", help="start a campaign now, without waiting for drift")
+    optimize.add_argument("--model", default=common.model)
+    optimize.add_argument("--slots", type=lambda s: [x for x in s.split(",") if x], default=[],
+                          help="comma-separated slots (default: all the library knows)")
+    optimize.add_argument("--budget", type=int, default=0, help="max candidates (0: the agent pool's default)")
+    optimize.set_defaults(func=cmd_optimize)
+
+    status = sub.add_parser("status", help="campaign progress per slot")
+    status.add_argument("--watch", action="store_true", help="refresh live until Ctrl-C")
+    status.set_defaults(func=cmd_status)
+
+    replay = sub.add_parser("replay", help="publish a trace file to traffic.requests")
+    replay.add_argument("trace", type=Path)
+    replay.add_argument("--speed", type=float, default=1.0, help="x real time; 0 = as fast as possible")
+    replay.add_argument("--limit", type=int, default=None)
+    replay.set_defaults(func=cmd_replay)
+
+    profile = sub.add_parser("profile", help="windows and detected changes of a trace file")
+    profile.add_argument("trace", type=Path)
+    profile.add_argument("--json", action="store_true", help="print one JSON object")
+    profile.add_argument("--plot", type=Path, default=None, help="PNG of the windowed statistics")
+    profile.set_defaults(func=cmd_profile)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging("console", "warning")
+    from services.console.client import StackUnavailable
+
+    try:
+        return args.func(args)
+    except StackUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

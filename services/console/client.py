@@ -1,0 +1,46 @@
+"""Short-lived bus clients for CLI commands: one connection, one request, closed."""
+
+from __future__ import annotations
+
+import nats
+
+from proto.gen.polymorph.v1 import events_pb2 as ev
+from services.common import subjects
+from services.common.bus import parse
+
+
+class StackUnavailable(RuntimeError):
+    pass
+
+
+async def _request(url: str, subject: str, payload: bytes, timeout_s: float) -> bytes:
+    try:
+        nc = await nats.connect(url, connect_timeout=3, max_reconnect_attempts=0, allow_reconnect=False)
+    except Exception as exc:
+        raise StackUnavailable(f"cannot reach NATS at {url} ({exc}); is `polymorph up` running?") from exc
+    try:
+        reply = await nc.request(subject, payload, timeout=timeout_s)
+    except nats.errors.NoRespondersError as exc:
+        raise StackUnavailable(f"nobody answers {subject} on {url}: is that service running?") from exc
+    except nats.errors.TimeoutError as exc:
+        raise StackUnavailable(f"{subject} did not answer within {timeout_s}s") from exc
+    finally:
+        await nc.close()
+    return reply.data
+
+
+async def sql(url: str, query: str, max_rows: int = 0, timeout_s: float = 60.0) -> ev.SqlReply:
+    data = await _request(url, subjects.REGISTRY_SQL, ev.SqlRequest(query=query, max_rows=max_rows)
+                          .SerializeToString(), timeout_s)
+    return parse(ev.SqlReply, data)
+
+
+async def export(url: str, directory: str, timeout_s: float = 120.0) -> ev.ExportReply:
+    data = await _request(url, subjects.REGISTRY_EXPORT, ev.ExportRequest(dir=directory).SerializeToString(),
+                          timeout_s)
+    return parse(ev.ExportReply, data)
+
+
+async def start_campaign(url: str, request: ev.StartCampaignRequest, timeout_s: float = 30.0) -> ev.Campaign:
+    data = await _request(url, subjects.CAMPAIGN_START, request.SerializeToString(), timeout_s)
+    return parse(ev.Campaign, data)

@@ -1,0 +1,156 @@
+"""`polymorph demo`: the whole loop on this machine, driven by a real trace that contains a drift.
+
+embedded stack up → replay the trace → the profiler fires traffic.drift → a campaign proposes
+candidates → the engine host times them → the verifier checks the winners → the registry promotes.
+Exits 0 only if at least one kernel was promoted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.spinner import Spinner
+from rich.table import Table
+
+from proto.gen.polymorph.v1 import events_pb2 as ev
+from services.common import subjects
+from services.console import client, progress
+from services.console.live import progress_table
+from services.console.stack import Stack
+
+console = Console()
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    data_dir: Path
+    trace: Path
+    speed: float
+    timeout_s: float
+    summary_json: Path | None
+
+
+class DemoFailed(RuntimeError):
+    pass
+
+
+async def _wait_ready(url: str, stack: Stack, timeout_s: float = 180.0) -> None:
+    """Ready = the registry answers SQL and an engine host answers discovery."""
+    import nats
+
+    deadline = time.monotonic() + timeout_s
+    nc = await nats.connect(url)
+    try:
+        pending = {"registry": subjects.REGISTRY_SQL, "engine_host": subjects.ENGINE_DISCOVER}
+        payloads = {"registry": ev.SqlRequest(query="select 1").SerializeToString(),
+                    "engine_host": ev.DiscoverRequest().SerializeToString()}
+        while pending:
+            _raise_if_dead(stack)
+            if time.monotonic() > deadline:
+                raise DemoFailed(f"services not ready after {timeout_s:.0f}s: {sorted(pending)}")
+            for name, subject in list(pending.items()):
+                try:
+                    await nc.request(subject, payloads[name], timeout=2)
+                    del pending[name]
+                except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+                    pass
+            await asyncio.sleep(0.5)
+    finally:
+        await nc.close()
+
+
+def _raise_if_dead(stack: Stack) -> None:
+    dead = stack.dead_services()
+    if dead:
+        name = next(iter(dead))
+        tail = (stack.log_dir / f"{name}.log").read_text(errors="replace").splitlines()[-15:]
+        raise DemoFailed(f"service {name} exited with {dead[name]}:\n" + "\n".join(tail))
+
+
+def _status_line(phase: str, started: float) -> Spinner:
+    return Spinner("dots", text=f"{phase}  ({time.monotonic() - started:.0f}s)")
+
+
+async def _run_loop(options: DemoOptions, stack: Stack, started: float, live: Live) -> progress.Snapshot:
+    from services.traffic_profiler.replay import replay_trace
+
+    url = stack.nats_url
+    live.update(_status_line("waiting for services", started))
+    await _wait_ready(url, stack)
+    replay = asyncio.create_task(replay_trace(url, options.trace, options.speed, progress=False))
+    replay_done_at: float | None = None
+    while True:
+        _raise_if_dead(stack)
+        if time.monotonic() - started > options.timeout_s:
+            raise DemoFailed(f"no finished campaign within {options.timeout_s:.0f}s")
+        snap = await progress.snapshot(url)
+        if replay.done():
+            replay.result()  # surfaces a replay error
+            replay_done_at = replay_done_at or time.monotonic()
+            if not snap.campaigns and time.monotonic() - replay_done_at > 90:
+                raise DemoFailed("the trace was replayed but no drift started a campaign")
+        phase = "replaying trace" if not replay.done() else (
+            "waiting for drift" if not snap.campaigns else "campaign running")
+        live.update(Group(_status_line(phase, started), progress_table(snap)))
+        if replay.done() and snap.all_campaigns_done and snap.pending_verification == 0:
+            return snap
+        await asyncio.sleep(2.0)
+
+
+def summary_table(snap: progress.Snapshot) -> Table:
+    table = progress_table(snap, title="polymorph demo: per-slot results")
+    table.caption = None
+    return table
+
+
+def summary_dict(snap: progress.Snapshot, seconds: float) -> dict:
+    totals = snap.totals
+    return {
+        "candidates": totals["candidates"],
+        "benchmarked": totals["benchmarked"],
+        "verified": totals["verified"],
+        "promoted": [
+            {"candidate_id": p["candidate_id"], "slot": p["slot"], "speedup": float(p["speedup"] or 0)}
+            for p in snap.promoted
+        ],
+        "seconds": round(seconds, 1),
+    }
+
+
+async def run_demo(options: DemoOptions) -> int:
+    if not options.trace.exists():
+        console.print(f"[red]trace not found: {options.trace}[/red]")
+        return 2
+    shutil.rmtree(options.data_dir, ignore_errors=True)  # every demo starts from an empty registry
+    started = time.monotonic()
+    stack = Stack(options.data_dir)
+    console.print(f"polymorph demo: trace {options.trace.name} at {options.speed:g}x, state in {options.data_dir}")
+    snap: progress.Snapshot | None = None
+    try:
+        with Live(console=console, refresh_per_second=4, transient=True) as live:
+            live.update(_status_line("starting nats-server and five services", started))
+            await asyncio.to_thread(stack.start)
+            snap = await _run_loop(options, stack, started, live)
+    except (DemoFailed, client.StackUnavailable) as exc:
+        console.print(f"[red]demo failed:[/red] {exc}")
+        console.print(f"logs: {stack.log_dir}")
+        return 1
+    finally:
+        await asyncio.to_thread(stack.stop)
+    seconds = time.monotonic() - started
+    console.print(summary_table(snap))
+    summary = summary_dict(snap, seconds)
+    for p in summary["promoted"]:
+        console.print(f"promoted {p['slot']}: {p['candidate_id']} ({p['speedup']:.2f}x over its incumbent)")
+    console.print(f"{summary['candidates']} candidates, {summary['benchmarked']} benchmarked, "
+                  f"{summary['verified']} verified, {len(summary['promoted'])} promoted in {seconds:.0f}s")
+    if options.summary_json:
+        options.summary_json.write_text(json.dumps(summary, indent=2) + "\n")
+    return 0 if summary["promoted"] else 1

@@ -1,0 +1,93 @@
+"""`polymorph up` (embedded stack with live logs) and `polymorph status` (progress table)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import threading
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from services.console import progress
+from services.console.stack import Stack
+
+console = Console()
+
+
+def progress_table(snap: progress.Snapshot, title: str = "campaign progress") -> Table:
+    table = Table(title=title)
+    for col in ("slot", "candidates", "benchmarked", "wins", "verified", "passed", "promoted", "best speedup"):
+        table.add_column(col, justify="left" if col == "slot" else "right")
+    for row in snap.per_slot:
+        best = row["best_speedup"]
+        table.add_row(row["slot"] or "", *(row[k] or "0" for k in
+                      ("candidates", "benchmarked", "wins", "verified", "passed", "promoted")),
+                      f"{float(best):.2f}x" if best else "-")
+    states = ", ".join(f"{c['campaign_id']}: {c['state']}" for c in snap.campaigns) or "no campaign yet"
+    table.caption = f"{states}; awaiting verification: {snap.pending_verification}"
+    return table
+
+
+async def run_status(url: str, watch: bool) -> int:
+    if not watch:
+        console.print(progress_table(await progress.snapshot(url)))
+        return 0
+    with Live(console=console, refresh_per_second=2) as live:
+        while True:
+            live.update(progress_table(await progress.snapshot(url)))
+            await asyncio.sleep(2)
+
+
+def _format_log_line(service: str, line: str) -> str:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return f"[{service}] {line.rstrip()}"
+    event = record.pop("event", "")
+    level = record.pop("level", "info")
+    record.pop("timestamp", None)
+    extras = " ".join(f"{k}={v}" for k, v in record.items())
+    return f"[{service}] {level:7} {event} {extras}".rstrip()
+
+
+def follow_logs(log_dir: Path, stop: threading.Event) -> None:
+    """Print every service's new log lines as they appear (a `tail -f` over the log folder)."""
+    offsets: dict[Path, int] = {}
+    while not stop.is_set():
+        for path in sorted(log_dir.glob("*.log")):
+            with open(path, errors="replace") as fh:
+                fh.seek(offsets.get(path, 0))
+                for line in fh:
+                    console.print(_format_log_line(path.stem, line), markup=False, highlight=False)
+                offsets[path] = fh.tell()
+        stop.wait(0.5)
+
+
+def run_up(data_dir: Path) -> int:
+    stack = Stack(data_dir)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stack.start()
+    console.print(f"polymorph is up: NATS {stack.nats_url}, data in {data_dir}, logs in {stack.log_dir}")
+    console.print("try: polymorph optimize --slots rmsnorm,silu_mul   |   polymorph status --watch")
+    tail = threading.Thread(target=follow_logs, args=(stack.log_dir, stop), daemon=True)
+    tail.start()
+    try:
+        while not stop.is_set():
+            dead = stack.dead_services()
+            if dead:
+                console.print(f"service exited: {dead}; see {stack.log_dir}")
+                break
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop.set()
+        console.print("stopping...")
+        stack.stop()
+    return 0

@@ -1,0 +1,125 @@
+"""The embedded stack: one nats-server and the five services as child processes on one machine.
+
+Used by `polymorph up`, `polymorph demo` and the integration tests (which SIGKILL and restart
+single services through it).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from services.common.nats_server import EmbeddedNats
+
+SERVICES = ("registry", "engine_host", "verifier", "agent_pool", "traffic_profiler")
+
+
+@dataclass
+class Stack:
+    data_dir: Path
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    services: tuple[str, ...] = SERVICES
+    nats: EmbeddedNats | None = None
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    @property
+    def log_dir(self) -> Path:
+        return self.data_dir / "logs"
+
+    @property
+    def url_file(self) -> Path:
+        return self.data_dir / "nats.url"
+
+    @property
+    def nats_url(self) -> str:
+        assert self.nats is not None, "stack not started"
+        return self.nats.url
+
+    def service_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            POLYMORPH_NATS_URL=self.nats_url,
+            POLYMORPH_DATA_DIR=str(self.data_dir),
+            POLYMORPH_LOG_FORMAT="json",
+            PYTHONUNBUFFERED="1",
+        )
+        env.update(self.extra_env)
+        return env
+
+    def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(exist_ok=True)
+        self.nats = EmbeddedNats(self.data_dir / "nats")
+        self.nats.start()
+        self.url_file.write_text(self.nats_url)
+        for name in self.services:
+            self.start_service(name)
+
+    def start_service(self, name: str) -> subprocess.Popen:
+        with open(self.log_dir / f"{name}.log", "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", f"services.{name}"],
+                env=self.service_env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # Ctrl-C in a terminal reaches us, and we stop children in order
+            )
+        self.processes[name] = proc
+        return proc
+
+    def kill_service(self, name: str) -> None:
+        """SIGKILL: no drain, no goodbye — what a crash or OOM kill looks like."""
+        proc = self.processes[name]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+    def restart_service(self, name: str) -> subprocess.Popen:
+        proc = self.processes.get(name)
+        if proc is not None and proc.poll() is None:
+            self.kill_service(name)
+        return self.start_service(name)
+
+    def dead_services(self) -> dict[str, int]:
+        return {n: p.returncode for n, p in self.processes.items() if p.poll() is not None}
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        # Producers first would be nicer, but every service drains on SIGTERM, so order matters little.
+        for proc in self.processes.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for proc in self.processes.values():
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.processes.clear()
+        if self.nats is not None:
+            self.nats.stop()
+            self.nats = None
+        self.url_file.unlink(missing_ok=True)
+
+    def __enter__(self) -> Stack:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def resolve_nats_url(explicit: str | None, data_dir: Path) -> str:
+    """The URL a CLI command talks to: --nats, POLYMORPH_NATS_URL, or a running `polymorph up`."""
+    if explicit:
+        return explicit
+    url_file = data_dir / "nats.url"
+    if url_file.exists():
+        return url_file.read_text().strip()
+    return "nats://127.0.0.1:4222"
