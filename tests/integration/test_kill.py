@@ -1,0 +1,56 @@
+"""SIGKILL every service in turn during a campaign: it still completes, and DuckDB holds each
+candidate, benchmark and verdict exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+
+import nats
+import pytest
+
+from proto.gen.polymorph.v1 import events_pb2 as ev
+from services.common import subjects
+from services.console import client, tables
+from services.console.stack import SERVICES
+from tests.integration.conftest import wait_campaigns_settled, wait_ready
+
+pytestmark = pytest.mark.timeout(900)
+
+
+async def _sql(stack, query: str) -> list[dict]:
+    reply = await client.sql(stack.nats_url, query)
+    assert not reply.error, reply.error
+    return tables.rows(reply)
+
+
+async def test_campaign_survives_sigkill_of_each_service(stack) -> None:
+    await wait_ready(stack)
+    nc = await nats.connect(stack.nats_url)
+    proposed: set[str] = set()
+
+    async def on_proposed(msg) -> None:
+        proposed.add(ev.Candidate.FromString(msg.data).candidate_id)
+
+    await nc.subscribe(subjects.CANDIDATES_PROPOSED, cb=on_proposed)
+    await client.start_campaign(
+        stack.nats_url, ev.StartCampaignRequest(model="llama-tiny", slots=["rmsnorm", "silu_mul"], budget=12)
+    )
+    for service in SERVICES:
+        await asyncio.sleep(4)
+        stack.kill_service(service)
+        await asyncio.sleep(1)
+        stack.start_service(service)
+    await wait_ready(stack)
+    await wait_campaigns_settled(stack, timeout_s=600)
+    await nc.close()
+
+    for table in ("candidates", "benchmarks", "verdicts"):
+        rows = await _sql(stack, f"select count(*) as n, count(distinct candidate_id) as d from {table}")
+        assert rows[0]["n"] == rows[0]["d"], f"{table} holds duplicates"
+    stored = {r["candidate_id"] for r in await _sql(stack, "select candidate_id from candidates")}
+    assert proposed and stored == proposed
+    unbenchmarked = await _sql(stack, "select candidate_id from candidates c where not exists "
+                                      "(select 1 from benchmarks b where b.candidate_id = c.candidate_id)")
+    assert unbenchmarked == []
+    campaigns = await _sql(stack, "select state from campaigns")
+    assert campaigns and all(c["state"] == "COMPLETED" for c in campaigns)

@@ -1,0 +1,51 @@
+"""The whole loop on real parts: a promotion reaches a plain nats-py client and `polymorph sql`."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+
+import nats
+import pytest
+
+from proto.gen.polymorph.v1 import events_pb2 as ev
+from services.common import subjects
+from services.console import client
+from tests.integration.conftest import wait_ready
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def polymorph(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "services.cli", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+async def test_promotion_reaches_subscribers_and_sql(stack) -> None:
+    await wait_ready(stack)
+    nc = await nats.connect(stack.nats_url)
+    promoted: asyncio.Queue[ev.KernelPromoted] = asyncio.Queue()
+
+    async def on_promoted(msg) -> None:
+        await promoted.put(ev.KernelPromoted.FromString(msg.data))
+
+    await nc.subscribe(subjects.KERNEL_PROMOTED, cb=on_promoted)
+    campaign = await client.start_campaign(
+        stack.nats_url, ev.StartCampaignRequest(model="llama-tiny", slots=["rmsnorm", "add_rmsnorm", "silu_mul"])
+    )
+    assert campaign.campaign_id
+    first = await asyncio.wait_for(promoted.get(), timeout=420)
+    await nc.close()
+    assert first.slot in ("rmsnorm", "add_rmsnorm", "silu_mul")
+    assert first.speedup_lo > 1.0 and first.source
+
+    query = f"select candidate_id, slot from promotions where candidate_id = '{first.candidate_id}'"
+    found = polymorph("--nats", stack.nats_url, "sql", query, "--format", "csv")
+    assert found.returncode == 0, found.stderr
+    assert f"{first.candidate_id},{first.slot}" in found.stdout
+
+    refused = polymorph("--nats", stack.nats_url, "sql", "delete from promotions")
+    assert refused.returncode == 1 and "read-only" in refused.stderr
+    still = polymorph("--nats", stack.nats_url, "sql", "select count(*) as n from promotions", "--format", "csv")
+    assert still.stdout.splitlines()[1] != "0"
