@@ -1,0 +1,126 @@
+"""Residual add fused with RMSNorm in one Triton kernel: h = x + residual; return (rmsnorm(h), h).
+
+One read of x and residual, one write of each output, instead of an add kernel followed by a norm
+kernel that reads h back. A complete candidate module (SLOT, BACKEND, kernel) that imports nothing
+from the repository; `services.agent_pool.library.triton.render` rewrites the launch constants below
+to make variants.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+SLOT = "add_rmsnorm"
+BACKEND = "triton"
+
+# --- launch parameters (one assignment per line: variants are rendered by rewriting these) ---
+NUM_WARPS = 4  # warps per program
+ROWS_PER_PROGRAM = 1  # rows each program handles as one [ROWS, BLOCK] tile (a power of two)
+BLOCK_E = 0  # 0: the whole row in one block of next_power_of_2(E); else a loop over chunks of BLOCK_E
+NUM_STAGES = 2  # software-pipelining depth of the chunk loops (BLOCK_E > 0 only)
+# --- end of launch parameters ---
+
+MAX_FUSED = 65536  # a whole-row block larger than this spills registers: such rows use chunks instead
+
+
+def _check_params() -> None:
+    # a malformed variant fails when it is loaded, with a message that names the parameter
+    def pow2(v: int) -> bool:
+        return v > 0 and v & (v - 1) == 0
+
+    if not (isinstance(NUM_WARPS, int) and pow2(NUM_WARPS) and NUM_WARPS <= 32):
+        raise ValueError(f"NUM_WARPS must be a power of two <= 32, got {NUM_WARPS!r}")
+    if not (isinstance(ROWS_PER_PROGRAM, int) and pow2(ROWS_PER_PROGRAM)):
+        raise ValueError(f"ROWS_PER_PROGRAM must be a power of two, got {ROWS_PER_PROGRAM!r}")
+    if not (isinstance(BLOCK_E, int) and (BLOCK_E == 0 or pow2(BLOCK_E))):
+        raise ValueError(f"BLOCK_E must be 0 or a power of two, got {BLOCK_E!r}")
+    if not (isinstance(NUM_STAGES, int) and 1 <= NUM_STAGES <= 8):
+        raise ValueError(f"NUM_STAGES must be in 1..8, got {NUM_STAGES!r}")
+
+
+_check_params()
+
+
+@triton.jit
+def _add_rmsnorm_fwd(
+    X, R, W, Y, H, stride_x, stride_r, stride_y, stride_h, n_rows, n_cols, eps,
+    ROWS: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, STAGES: tl.constexpr,
+):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    row_ok = rows < n_rows
+    rows64 = rows.to(tl.int64)[:, None]  # int64: rows * stride overflows int32 at long prefills
+    x_rows = X + rows64 * stride_x
+    r_rows = R + rows64 * stride_r
+    y_rows = Y + rows64 * stride_y
+    h_rows = H + rows64 * stride_h
+    cols = tl.arange(0, BLOCK)
+    if CHUNKS > 0:
+        # pass 1 writes h and sums its squares; pass 2 reads h back (same tile layout, so each thread
+        # reads what it wrote) and normalises. The chunk count is a compile-time constant: one compile
+        # per model width, and the loop runs under TRITON_INTERPRET with numpy >= 2.4.
+        acc = tl.zeros([ROWS, BLOCK], dtype=tl.float32)
+        for i in tl.range(0, CHUNKS, num_stages=STAGES):
+            c = i * BLOCK + cols
+            m = row_ok[:, None] & (c < n_cols)[None, :]
+            x = tl.load(x_rows + c[None, :], mask=m, other=0.0).to(tl.float32)
+            r = tl.load(r_rows + c[None, :], mask=m, other=0.0).to(tl.float32)
+            # h is rounded to the input dtype first, as `x + residual` is in the reference
+            h = (x + r).to(H.dtype.element_ty)
+            tl.store(h_rows + c[None, :], h, mask=m)
+            hf = h.to(tl.float32)
+            acc += hf * hf
+        rstd = tl.rsqrt(tl.sum(acc, axis=1) / n_cols + eps)
+        for i in tl.range(0, CHUNKS, num_stages=STAGES):
+            c = i * BLOCK + cols
+            m = row_ok[:, None] & (c < n_cols)[None, :]
+            hf = tl.load(h_rows + c[None, :], mask=m, other=0.0).to(tl.float32)
+            w = tl.load(W + c, mask=c < n_cols, other=0.0).to(tl.float32)
+            y = (hf * rstd[:, None]).to(H.dtype.element_ty).to(tl.float32) * w[None, :]
+            tl.store(y_rows + c[None, :], y.to(Y.dtype.element_ty), mask=m)
+    else:
+        col_ok = cols < n_cols
+        m = row_ok[:, None] & col_ok[None, :]
+        x = tl.load(x_rows + cols[None, :], mask=m, other=0.0).to(tl.float32)
+        r = tl.load(r_rows + cols[None, :], mask=m, other=0.0).to(tl.float32)
+        h = (x + r).to(H.dtype.element_ty)
+        tl.store(h_rows + cols[None, :], h, mask=m)
+        hf = h.to(tl.float32)
+        w = tl.load(W + cols, mask=col_ok, other=0.0).to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(hf * hf, axis=1) / n_cols + eps)
+        y = (hf * rstd[:, None]).to(H.dtype.element_ty).to(tl.float32) * w[None, :]
+        tl.store(y_rows + cols[None, :], y.to(Y.dtype.element_ty), mask=m)
+
+
+def _rows(t: torch.Tensor, n_cols: int) -> torch.Tensor:
+    t2 = t.reshape(-1, n_cols)  # a view when it can be, a copy otherwise: never writes into t
+    return t2 if t2.stride(-1) == 1 else t2.contiguous()
+
+
+def kernel(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """x, residual [..., E], weight [E] -> (rmsnorm(x + residual) * weight, x + residual)."""
+    n_cols = x.shape[-1]
+    if residual.shape != x.shape:
+        raise ValueError(f"residual shape {tuple(residual.shape)} != x shape {tuple(x.shape)}")
+    if weight.shape != (n_cols,):
+        raise ValueError(f"weight must have shape ({n_cols},), got {tuple(weight.shape)}")
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    h = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if x.numel() == 0:
+        return y, h
+    x2, r2 = _rows(x, n_cols), _rows(residual, n_cols)
+    y2, h2 = y.view(-1, n_cols), h.view(-1, n_cols)
+    n_rows = x2.shape[0]
+    chunked = BLOCK_E > 0 or triton.next_power_of_2(n_cols) > MAX_FUSED
+    block = triton.next_power_of_2(n_cols)
+    if chunked:
+        block = min(BLOCK_E or 4096, block)
+    chunks = triton.cdiv(n_cols, block) if chunked else 0
+    grid = (triton.cdiv(n_rows, ROWS_PER_PROGRAM),)
+    _add_rmsnorm_fwd[grid](
+        x2, r2, weight.contiguous(), y2, h2,
+        x2.stride(0), r2.stride(0), y2.stride(0), h2.stride(0), n_rows, n_cols, float(eps),
+        ROWS=ROWS_PER_PROGRAM, BLOCK=block, CHUNKS=chunks, STAGES=NUM_STAGES, num_warps=NUM_WARPS,
+    )
+    return y, h

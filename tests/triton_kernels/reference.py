@@ -1,0 +1,28 @@
+"""Plain torch references, written the way the models call them (gpt-fast), and per-dtype tolerances."""
+
+from __future__ import annotations
+
+import torch
+
+TOL: dict[torch.dtype, dict[str, float]] = {
+    torch.float32: dict(atol=1e-5, rtol=1e-5),
+    # the interpreter rounds float32 -> bfloat16 toward zero where the GPU rounds to nearest: one ulp
+    torch.bfloat16: dict(atol=1.6e-2, rtol=1.6e-2),
+    torch.float16: dict(atol=2e-3, rtol=2e-3),
+}
+
+
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).type_as(x) * weight
+
+
+def add_rmsnorm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    h = x + residual
+    return rmsnorm(h, weight, eps), h
+
+
+def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.silu(gate) * up
