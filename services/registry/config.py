@@ -1,0 +1,39 @@
+"""Registry settings (POLYMORPH_REGISTRY_*), read once at start."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.common.config import CommonSettings, Env
+
+
+@dataclass(frozen=True)
+class RegistryConfig:
+    db_path: Path            # the DuckDB file this process alone opens
+    sql_timeout_s: float     # a registry.sql query running longer is interrupted
+    sql_max_rows: int        # rows per reply when the request says 0
+    sql_row_limit: int       # hard cap whatever the request asks for
+    max_deliver: int         # deliveries per message before JetStream gives up (verdicts wait for
+                             # their benchmark this long; the registry is the system of record)
+    lockdown: bool           # disable DuckDB file access from SQL (read_csv('/etc/...') and friends)
+    threads: int
+    memory_limit: str
+
+    @property
+    def staging_dir(self) -> Path:
+        """The one directory DuckDB may write to under lockdown: Parquet exports are staged here."""
+        return self.db_path.parent / f"{self.db_path.name}.export-staging"
+
+    @classmethod
+    def from_env(cls, env: Env, common: CommonSettings) -> RegistryConfig:
+        return cls(
+            db_path=env.path("REGISTRY_DB", common.data_dir / "registry.duckdb").resolve(),
+            sql_timeout_s=env.float("REGISTRY_SQL_TIMEOUT_S", 30.0),
+            sql_max_rows=env.int("REGISTRY_SQL_MAX_ROWS", 1000),
+            sql_row_limit=env.int("REGISTRY_SQL_ROW_LIMIT", 100_000),
+            max_deliver=env.int("REGISTRY_MAX_DELIVER", 100),
+            lockdown=env.bool("REGISTRY_LOCKDOWN", True),
+            threads=env.int("REGISTRY_THREADS", 2),
+            memory_limit=env.str("REGISTRY_MEMORY_LIMIT", "1GB"),
+        )

@@ -1,0 +1,154 @@
+"""One writer per message type. Each runs inside one transaction (Database.write) and is idempotent:
+primary keys plus ON CONFLICT make a redelivered or re-published message a no-op, and the only
+updates are states that legitimately advance (a campaign finishing, a passed verdict failing later).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import duckdb
+
+from proto.gen.polymorph.v1 import events_pb2 as ev
+from services.common.log import get_logger
+from services.registry import promote, records
+from services.registry.records import Row
+
+log = get_logger("registry.store")
+
+
+@dataclass(frozen=True)
+class Meta:
+    """Where a message came from and when the registry stored it (naive UTC)."""
+
+    subject: str
+    stream_seq: int
+    received_at: datetime
+    final_attempt: bool = False  # JetStream will not deliver it again after this
+
+
+def insert(con: duckdb.DuckDBPyConnection, table: str, row: Row) -> None:
+    columns = ", ".join(row)
+    marks = ", ".join("?" for _ in row)
+    con.execute(f"INSERT INTO {table} ({columns}) VALUES ({marks}) ON CONFLICT DO NOTHING", list(row.values()))
+
+
+def record_event(con: duckdb.DuckDBPyConnection, msg, meta: Meta) -> None:
+    insert(con, "events", {
+        "subject": meta.subject, "key": records.event_key(msg), "stream": records.stream_for(meta.subject),
+        "stream_seq": meta.stream_seq, "received_at": meta.received_at, "payload": records.message_json(msg),
+    })
+
+
+def _names(con: duckdb.DuckDBPyConnection, meta: Meta, *, model: str = "", hardware: str = "",
+           engine_id: str = "") -> None:
+    if model:
+        insert(con, "models", {"name": model, "first_seen_at": meta.received_at})
+    if hardware:
+        insert(con, "hardware", {"name": hardware, "first_engine_id": engine_id, "first_seen_at": meta.received_at})
+
+
+def _profile(con: duckdb.DuckDBPyConnection, profile: ev.TrafficProfile, fallback_id: str, source: str,
+             meta: Meta) -> str:
+    """Store a traffic profile; returns its id ('' for an empty profile, which is not stored)."""
+    if profile.ByteSize() == 0:
+        return ""
+    profile_id = profile.profile_id or fallback_id
+    insert(con, "traffic_profiles",
+           {**records.profile_row(profile, profile_id, source), "received_at": meta.received_at})
+    _names(con, meta, model=profile.model)
+    return profile_id
+
+
+# -- one function per message type --------------------------------------------------------------
+def store_drift(con: duckdb.DuckDBPyConnection, d: ev.DriftEvent, meta: Meta) -> None:
+    ref = _profile(con, d.reference, f"{d.drift_id}:reference", f"drift:{d.drift_id}:reference", meta)
+    cur = _profile(con, d.current, f"{d.drift_id}:current", f"drift:{d.drift_id}:current", meta)
+    insert(con, "drift_events", {**records.drift_row(d, ref, cur), "received_at": meta.received_at})
+    record_event(con, d, meta)
+
+
+def store_campaign(con: duckdb.DuckDBPyConnection, c: ev.Campaign, meta: Meta) -> None:
+    state = records.campaign_state(c, meta.subject)
+    profile_id = _profile(con, c.profile, f"{c.campaign_id}:profile", f"campaign:{c.campaign_id}", meta)
+    row = records.campaign_row(c, state, profile_id)
+    old = con.execute("SELECT state FROM campaigns WHERE campaign_id = ?", [c.campaign_id]).fetchone()
+    if old is None:
+        insert(con, "campaigns", {**row, "received_at": meta.received_at, "updated_at": meta.received_at})
+    elif records.CAMPAIGN_STATE_RANK[state] > records.CAMPAIGN_STATE_RANK.get(old[0], 0):
+        # started → completed: take the finishing message's view, keep what it leaves empty
+        con.execute(
+            "UPDATE campaigns SET state = ?, finished_unix = ?, proposed = ?, stop_reason = ?, "
+            "budget = CASE WHEN ? > 0 THEN ? ELSE budget END, "
+            "started_unix = CASE WHEN ? > 0 THEN ? ELSE started_unix END, updated_at = ? "
+            "WHERE campaign_id = ?",
+            [state, c.finished_unix, c.proposed, c.stop_reason, c.budget, c.budget,
+             c.started_unix, c.started_unix, meta.received_at, c.campaign_id],
+        )
+    _names(con, meta, model=c.model)
+    record_event(con, c, meta)
+
+
+def store_candidate(con: duckdb.DuckDBPyConnection, c: ev.Candidate, meta: Meta) -> None:
+    insert(con, "candidates", {**records.candidate_row(c), "received_at": meta.received_at})
+    _names(con, meta, model=c.model)
+    record_event(con, c, meta)
+    promote.evaluate(con, c.candidate_id, meta.received_at)  # a verdict may have been waiting for it
+
+
+def store_benchmark(con: duckdb.DuckDBPyConnection, b: ev.BenchmarkResult, meta: Meta) -> None:
+    insert(con, "benchmarks", {**records.benchmark_row(b), "received_at": meta.received_at})
+    _names(con, meta, model=b.model, hardware=b.hardware, engine_id=b.engine_id)
+    record_event(con, b, meta)
+    promote.evaluate(con, b.candidate_id, meta.received_at)
+
+
+def store_verdict(con: duckdb.DuckDBPyConnection, v: ev.Verdict, meta: Meta) -> None:
+    row = records.verdict_row(v)
+    old = con.execute("SELECT status, decision FROM verdicts WHERE candidate_id = ?", [v.candidate_id]).fetchone()
+    if old is None:
+        insert(con, "verdicts", {**row, "received_at": meta.received_at, "updated_at": meta.received_at})
+    elif old[0] == "passed" and row["status"] == "failed":
+        # a failure found later (a re-check) is final: it replaces the pass, never the other way round
+        con.execute(
+            "UPDATE verdicts SET status = 'failed', failed_stage = ?, reason = ?, checks = ?, "
+            "verify_s = ?, finished_unix = ?, updated_at = ? WHERE candidate_id = ?",
+            [row["failed_stage"], row["reason"], row["checks"], row["verify_s"], row["finished_unix"],
+             meta.received_at, v.candidate_id],
+        )
+    _names(con, meta, model=v.model, hardware=v.hardware)
+    record_event(con, v, meta)
+
+    status, decision = con.execute("SELECT status, decision FROM verdicts WHERE candidate_id = ?",
+                                   [v.candidate_id]).fetchone()
+    if status == "failed":
+        reason = f"verdict failed at {v.failed_stage or 'unknown stage'}: {v.reason}"
+        if promote.demote(con, v.candidate_id, reason, meta.received_at):
+            decision, why = "demoted", reason
+        elif decision is None:
+            decision, why = "rejected", reason
+        else:
+            return
+        con.execute("UPDATE verdicts SET decision = ?, decision_reason = ? WHERE candidate_id = ?",
+                    [decision, why, v.candidate_id])
+        return
+    if promote.evaluate(con, v.candidate_id, meta.received_at):
+        return
+    if not meta.final_attempt:
+        raise promote.NotReady(f"verdict for {v.candidate_id} arrived before its candidate or benchmark")
+    # keep the verdict: the candidate or benchmark handler decides it if they ever arrive
+    log.error("verdict stored undecided: its candidate or benchmark never arrived",
+              candidate_id=v.candidate_id)
+
+
+def store_board_note(con: duckdb.DuckDBPyConnection, n: ev.BoardNote, meta: Meta) -> None:
+    insert(con, "board_notes", {**records.board_note_row(n), "received_at": meta.received_at})
+    record_event(con, n, meta)
+
+
+def store_kernel_event(con: duckdb.DuckDBPyConnection, msg: ev.KernelPromoted | ev.KernelDemoted,
+                       meta: Meta) -> None:
+    """kernel.promoted / kernel.demoted are the registry's own announcements: the log keeps them."""
+    _names(con, meta, model=msg.model, hardware=msg.hardware)
+    record_event(con, msg, meta)
