@@ -153,7 +153,9 @@ class Bus:
             except (nats.errors.ConnectionClosedError, asyncio.CancelledError):
                 return
             except Exception as exc:  # reconnecting: keep trying
-                log.warning("fetch failed", durable=durable, error=str(exc))
+                if self._stopping.is_set():
+                    return
+                log.warning("fetch failed", durable=durable, error=f"{type(exc).__name__}: {exc}")
                 await asyncio.sleep(0.5)
                 continue
             for msg in msgs:

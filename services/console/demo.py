@@ -115,7 +115,7 @@ def summary_dict(snap: progress.Snapshot, seconds: float) -> dict:
     return {
         "candidates": totals["candidates"],
         "benchmarked": totals["benchmarked"],
-        "verified": totals["verified"],
+        "verified": totals["passed"],  # candidates that passed verification
         "promoted": [
             {"candidate_id": p["candidate_id"], "slot": p["slot"], "speedup": float(p["speedup"] or 0)}
             for p in snap.promoted

@@ -6,24 +6,22 @@ from dataclasses import dataclass
 
 from services.console import client, tables
 
-# `campaign_progress` and `leaderboard` are views the registry's migrations create.
+# `slot_summary`, `campaign_overview` and `leaderboard` are views the registry's migrations create
+# (services/registry/views.py documents their columns).
 PER_SLOT = """
-select slot,
-       sum(candidates)::bigint as candidates, sum(benchmarked)::bigint as benchmarked,
-       sum(wins)::bigint as wins, sum(verified)::bigint as verified, sum(passed)::bigint as passed,
-       sum(promoted)::bigint as promoted, max(best_speedup) as best_speedup
-from campaign_progress group by slot order by slot
+select slot, candidates, benchmarked, wins, verified, passed, promoted, best_speedup
+from slot_summary order by slot
 """
 
-CAMPAIGNS = "select campaign_id, state, stop_reason, proposed from campaigns order by started_at"
+CAMPAIGNS = "select campaign_id, state, stop_reason, proposed from campaign_overview order by started_unix"
 
 PROMOTED = """
-select candidate_id, slot, speedup, speedup_vs_reference from promotions order by promoted_at
+select candidate_id, slot, speedup, speedup_vs_reference from leaderboard order by promoted_at
 """
 
 PENDING_VERIFICATION = """
 select count(*) as pending from benchmarks b
-where b.status = 'OK' and b.speedup_lo > 1.0
+where b.status = 'ok' and b.speedup_lo > 1.0
   and not exists (select 1 from verdicts v where v.candidate_id = b.candidate_id)
 """
 
@@ -42,7 +40,7 @@ class Snapshot:
 
     @property
     def all_campaigns_done(self) -> bool:
-        return bool(self.campaigns) and all(c["state"] != "RUNNING" for c in self.campaigns)
+        return bool(self.campaigns) and all(c["state"] in ("completed", "failed") for c in self.campaigns)
 
 
 async def _rows(url: str, query: str) -> list[dict[str, str | None]]:

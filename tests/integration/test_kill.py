@@ -53,4 +53,4 @@ async def test_campaign_survives_sigkill_of_each_service(stack) -> None:
                                       "(select 1 from benchmarks b where b.candidate_id = c.candidate_id)")
     assert unbenchmarked == []
     campaigns = await _sql(stack, "select state from campaigns")
-    assert campaigns and all(c["state"] == "COMPLETED" for c in campaigns)
+    assert campaigns and all(c["state"] == "completed" for c in campaigns)
