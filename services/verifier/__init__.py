@@ -1,0 +1,1 @@
+"""Verifier: static checks -> load -> correctness -> end to end -> verdict, on the slow-tier engine."""

@@ -1,0 +1,8 @@
+# expect: captured
+"""Raises on every call."""
+SLOT = "rmsnorm"
+BACKEND = "torch"
+
+
+def kernel(x, weight, eps):
+    raise RuntimeError("not implemented for this shape")

@@ -1,0 +1,10 @@
+# expect: static
+"""Claims a different slot than it was proposed for."""
+import torch.nn.functional as F
+
+SLOT = "linear"
+BACKEND = "torch"
+
+
+def kernel(x, weight, eps):
+    return F.linear(x, weight)
