@@ -1,0 +1,1 @@
+"""Engine host: model zoo, slot table, candidate loader, isolated workers, timing, gRPC EngineService."""

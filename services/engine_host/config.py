@@ -1,0 +1,85 @@
+"""Engine host settings (POLYMORPH_ENGINE_*)."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+
+from services.common.config import ConfigError, Env
+
+RawShape = tuple[str, int, int, float]
+
+# CPU-sized defaults: short decode at two batch sizes and a short prefill, weighted like chat traffic
+DEFAULT_SHAPES = "decode:1:256:0.4,decode:4:256:0.4,prefill:1:128:0.2"
+
+
+def parse_shapes(text: str) -> tuple[RawShape, ...]:
+    """"phase:batch:context[:weight],..." → ((phase, batch, context, weight), ...)."""
+    shapes = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        fields = part.split(":")
+        try:
+            phase, batch, context = fields[0], int(fields[1]), int(fields[2])
+            weight = float(fields[3]) if len(fields) > 3 else 1.0
+        except (IndexError, ValueError) as exc:
+            raise ConfigError(f"bad shape {part!r}: expected phase:batch:context[:weight]") from exc
+        if phase not in ("decode", "prefill") or batch < 1 or context < 1 or weight <= 0:
+            raise ConfigError(f"bad shape {part!r}")
+        shapes.append((phase, batch, context, weight))
+    return tuple(shapes)
+
+
+@dataclass(frozen=True)
+class EngineHostConfig:
+    engine_id: str
+    grpc_host: str = "127.0.0.1"
+    grpc_port: int = 0
+    advertise_host: str = ""  # what engine.discover answers; empty: grpc_host
+    device: str = "auto"
+    seed: int = 0
+    fast_layers: int = 2
+    tiers: tuple[str, ...] = ("fast", "slow")
+    candidate_timeout_s: float = 60.0
+    start_timeout_s: float = 600.0
+    threads: int = 1
+    max_batch: int = 32
+    max_tokens: int = 1024  # prefill buckets are cut to this many tokens (batch first)
+    max_shapes: int = 4  # the heaviest buckets a benchmark runs at
+    rounds: int = 10
+    samples: int = 5
+    sample_s: float = 2e-3
+    noise_floor: float = 0.01
+    default_shapes: tuple[RawShape, ...] = parse_shapes(DEFAULT_SHAPES)
+    capture_per_slot: int = 8
+    consume: bool = True  # take candidates from candidates.proposed
+    durable: str = "engine-fast"
+
+    @classmethod
+    def from_env(cls, env: Env, model: str = "llama-tiny") -> EngineHostConfig:
+        tiers = tuple(t.strip() for t in env.str("ENGINE_TIERS", "fast,slow").split(",") if t.strip())
+        if not tiers or any(t not in ("fast", "slow") for t in tiers):
+            raise ConfigError(f"POLYMORPH_ENGINE_TIERS={tiers!r}: expected fast, slow or both")
+        return cls(
+            engine_id=env.str("ENGINE_ID", f"{socket.gethostname()}-{model}"),
+            grpc_host=env.str("ENGINE_GRPC_HOST", "127.0.0.1"),
+            grpc_port=env.int("ENGINE_GRPC_PORT", 0),
+            advertise_host=env.str("ENGINE_ADVERTISE_HOST", ""),
+            device=env.str("ENGINE_DEVICE", "auto"),
+            seed=env.int("ENGINE_SEED", 0),
+            fast_layers=env.int("ENGINE_FAST_LAYERS", 2),
+            tiers=tiers,
+            candidate_timeout_s=env.float("ENGINE_CANDIDATE_TIMEOUT_S", 60.0),
+            start_timeout_s=env.float("ENGINE_START_TIMEOUT_S", 600.0),
+            threads=env.int("ENGINE_THREADS", 1),
+            max_batch=env.int("ENGINE_MAX_BATCH", 32),
+            max_tokens=env.int("ENGINE_MAX_TOKENS", 1024),
+            max_shapes=env.int("ENGINE_MAX_SHAPES", 4),
+            rounds=env.int("ENGINE_ROUNDS", 10),
+            samples=env.int("ENGINE_SAMPLES", 5),
+            sample_s=env.float("ENGINE_SAMPLE_S", 2e-3),
+            noise_floor=env.float("ENGINE_NOISE_FLOOR", 0.01),
+            default_shapes=parse_shapes(env.str("ENGINE_DEFAULT_SHAPES", DEFAULT_SHAPES)),
+            capture_per_slot=env.int("ENGINE_CAPTURE_PER_SLOT", 8),
+            consume=env.bool("ENGINE_CONSUME", True),
+            durable=env.str("ENGINE_DURABLE", "engine-fast"),
+        )

@@ -1,0 +1,280 @@
+"""The engine: the ONE code path behind the gRPC API and the host's own queue consumer.
+
+It owns one worker per tier (fast: a few layers, slow: the whole model), turns requests into worker
+commands and worker results into protobuf replies. Candidate failures are results (a status and a
+reason), never exceptions; `EngineRequestError` means the request itself is invalid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from proto.gen.polymorph.v1 import engine_service_pb2 as es
+from proto.gen.polymorph.v1 import events_pb2 as ev
+from services.common.log import get_logger
+from services.common.slot_specs import SLOTS
+from services.engine_host import protos
+from services.engine_host.config import EngineHostConfig
+from services.engine_host.loader import candidate_id as content_id
+from services.engine_host.tiers import Tier
+from services.engine_host.worker import RawShape, WorkerError, WorkerFailure, WorkerSpec
+
+log = get_logger("engine_host.engine")
+
+REFERENCE_ID = "reference"
+
+
+class EngineRequestError(ValueError):
+    """The request cannot be served as asked (unknown slot or tier, bad prompt, ...)."""
+
+
+def _with_id(candidate: ev.Candidate) -> ev.Candidate:
+    if candidate.candidate_id:
+        return candidate
+    filled = ev.Candidate()
+    filled.CopyFrom(candidate)
+    filled.candidate_id = content_id(candidate.slot, candidate.source)
+    return filled
+
+
+class Engine:
+    def __init__(self, config: EngineHostConfig, model: str, data_dir: Path) -> None:
+        self.config, self.model, self.data_dir = config, model, data_dir
+        base = WorkerSpec(
+            tier="fast", model=model, n_layers=config.fast_layers, seed=config.seed, device=config.device,
+            data_dir=str(data_dir), max_batch=config.max_batch, max_tokens=config.max_tokens,
+            max_shapes=config.max_shapes,
+            threads=config.threads, rounds=config.rounds, samples=config.samples,
+            target_sample_s=config.sample_s, noise_floor=config.noise_floor, capture_per_slot=config.capture_per_slot,
+        )
+        specs = {
+            "fast": base,
+            # the slow tier is where real inputs come from: capture them at the default shapes up front
+            "slow": replace(base, tier="slow", n_layers=None, capture_shapes=config.default_shapes),
+        }
+        self.tiers = {name: Tier(name, specs[name], config.start_timeout_s) for name in config.tiers}
+        self.svr: dict[str, float] = {REFERENCE_ID: 1.0}  # candidate id → speedup vs reference
+        self.known: dict[str, ev.Candidate] = {}  # every candidate installed on this host, by id
+        self.experiments = 0
+        self.started = time.monotonic()
+
+    # -- lifecycle --------------------------------------------------------------------------
+    async def start(self) -> None:
+        await asyncio.gather(*(t.start() for t in self.tiers.values()))
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(t.stop() for t in self.tiers.values()), return_exceptions=True)
+
+    @property
+    def hardware(self) -> str:
+        return next(iter(self.tiers.values())).info.get("hardware", "")
+
+    @property
+    def device(self) -> str:
+        return next(iter(self.tiers.values())).info.get("device", "")
+
+    @property
+    def engine_id(self) -> str:
+        return self.config.engine_id
+
+    def tier(self, value: int, default: str) -> Tier:
+        name = protos.TIER_NAMES.get(value, default) if value else default
+        if name not in self.tiers:
+            if value:
+                raise EngineRequestError(f"this host runs no {name} tier (tiers: {', '.join(self.tiers)})")
+            name = next(iter(self.tiers))
+        return self.tiers[name]
+
+    def _targets(self, value: int) -> list[Tier]:
+        return list(self.tiers.values()) if not value else [self.tier(value, "fast")]
+
+    def _shapes(self, *lists: Any) -> list[RawShape]:
+        for buckets in lists:
+            if buckets:
+                return protos.raw_shapes(buckets)
+        return list(self.config.default_shapes)
+
+    def _timeout(self, candidate_code: bool) -> float:
+        return self.config.candidate_timeout_s if candidate_code else max(self.config.candidate_timeout_s, 120.0)
+
+    async def _call(self, tier: Tier, command: str, candidate_code: bool, **kwargs: Any) -> Any:
+        try:
+            return await tier.call(command, self._timeout(candidate_code), **kwargs)
+        except WorkerError as exc:
+            raise EngineRequestError(str(exc)) from exc
+
+    # -- benchmark --------------------------------------------------------------------------
+    async def benchmark(self, candidate: ev.Candidate, shapes: list[ev.ShapeBucket] | None = None,
+                        tier: int = es.TIER_UNSPECIFIED, rounds: int = 0) -> ev.BenchmarkResult:
+        began = time.perf_counter()
+        target = self.tier(tier, "fast")
+        candidate = _with_id(candidate)
+        result = ev.BenchmarkResult(
+            candidate_id=candidate.candidate_id, campaign_id=candidate.campaign_id, slot=candidate.slot,
+            engine_id=self.engine_id, tier=target.name, hardware=self.hardware, model=self.model,
+        )
+        if candidate.slot not in SLOTS:
+            result.status, result.reason = ev.BENCH_STATUS_LOAD_ERROR, f"unknown slot {candidate.slot!r}"
+            result.incumbent_id = REFERENCE_ID
+        else:
+            result.incumbent_id = target.slot_ids().get(candidate.slot, REFERENCE_ID)
+            try:
+                out = await self._call(target, "benchmark", True, source=candidate.source, slot=candidate.slot,
+                                       candidate_id=candidate.candidate_id,
+                                       shapes=self._shapes(shapes, candidate.shapes), rounds=rounds)
+            except WorkerFailure as failure:
+                result.status = protos.BENCH_STATUS[failure.status]
+                result.reason = f"{failure.reason}; worker restarted"
+            else:
+                self._fill(result, out)
+        self.experiments += 1
+        result.bench_s = time.perf_counter() - began
+        result.finished_unix = time.time()
+        log.info("benchmarked", candidate_id=result.candidate_id, slot=result.slot, tier=target.name,
+                 status=ev.BenchStatus.Name(result.status), speedup=round(result.speedup, 4),
+                 speedup_lo=round(result.speedup_lo, 4), reason=result.reason, bench_s=round(result.bench_s, 2))
+        return result
+
+    def _fill(self, result: ev.BenchmarkResult, out: dict[str, Any]) -> None:
+        result.status = protos.BENCH_STATUS[out["status"]]
+        result.reason = out.get("reason", "")
+        result.incumbent_id = out.get("incumbent_id", result.incumbent_id)
+        if out["status"] != "OK":
+            return
+        result.candidate.CopyFrom(protos.timing(out["candidate"]))
+        result.incumbent.CopyFrom(protos.timing(out["incumbent"]))
+        result.aa_spread = out["aa_spread"]
+        result.speedup, result.speedup_lo, result.speedup_hi = out["speedup"], out["speedup_lo"], out["speedup_hi"]
+        # 0 when the incumbent's own gain is unknown (installed by hand rather than promoted)
+        result.speedup_vs_reference = result.speedup * self.svr.get(result.incumbent_id, 0.0)
+
+    # -- hot swap ---------------------------------------------------------------------------
+    async def swap(self, candidate: ev.Candidate, tier: int = es.TIER_UNSPECIFIED) -> es.SwapKernelReply:
+        candidate = _with_id(candidate)
+        if candidate.slot not in SLOTS:
+            raise EngineRequestError(f"unknown slot {candidate.slot!r}")
+        reply = es.SwapKernelReply(ok=True, slot=candidate.slot, status=es.RUN_STATUS_OK)
+        for target in self._targets(tier):
+            try:
+                out = await self._call(target, "swap", True, source=candidate.source, slot=candidate.slot,
+                                       candidate_id=candidate.candidate_id)
+            except WorkerFailure as failure:
+                self._fail(reply, protos.RUN_STATUS[failure.status], f"{target.name}: {failure.reason}")
+                continue
+            reply.previous_id = reply.previous_id or out.get("previous", "")
+            if out["status"] != "OK":
+                self._fail(reply, protos.RUN_STATUS[out["status"]], f"{target.name}: {out['error']}")
+                continue
+            target.installed.pop(candidate.slot, None)  # re-insert: restarts re-install in swap order
+            target.installed[candidate.slot] = candidate
+            self.known[candidate.candidate_id] = candidate
+            reply.installed_id = candidate.candidate_id
+            reply.swap_s = max(reply.swap_s, out["swap_s"])
+        return reply
+
+    @staticmethod
+    def _fail(reply: es.SwapKernelReply, status: int, error: str) -> None:
+        reply.ok = False
+        if reply.status == es.RUN_STATUS_OK:
+            reply.status = status
+        reply.error = f"{reply.error}; {error}" if reply.error else error
+
+    async def rollback(self, slot: str, tier: int = es.TIER_UNSPECIFIED,
+                       to_candidate_id: str = "") -> es.SwapKernelReply:
+        if slot not in SLOTS:
+            raise EngineRequestError(f"unknown slot {slot!r}")
+        if to_candidate_id and to_candidate_id != REFERENCE_ID:
+            if to_candidate_id not in self.known:
+                raise EngineRequestError(f"candidate {to_candidate_id} was never installed on this host")
+            return await self.swap(self.known[to_candidate_id], tier)
+        reply = es.SwapKernelReply(ok=True, slot=slot, status=es.RUN_STATUS_OK, installed_id=REFERENCE_ID)
+        for target in self._targets(tier):
+            began = time.perf_counter()
+            target.installed.pop(slot, None)  # first: a worker restarted meanwhile comes back without it
+            try:
+                out = await self._call(target, "rollback", False, slot=slot)
+            except WorkerFailure as failure:
+                self._fail(reply, protos.RUN_STATUS[failure.status], f"{target.name}: {failure.reason}")
+                continue
+            reply.previous_id = reply.previous_id or out["previous"]
+            reply.swap_s = max(reply.swap_s, time.perf_counter() - began)
+        return reply
+
+    async def set_incumbent(self, slot: str, candidate: ev.Candidate | None, speedup_vs_reference: float) -> bool:
+        """Install a promoted kernel (or the reference when None) on every tier."""
+        if candidate is None:
+            return (await self.rollback(slot)).ok
+        self.svr[candidate.candidate_id] = speedup_vs_reference
+        reply = await self.swap(candidate)
+        if not reply.ok:
+            log.error("promoted kernel did not install", candidate_id=candidate.candidate_id, error=reply.error)
+        return reply.ok
+
+    # -- run, profile, generate -------------------------------------------------------------
+    async def run_slot(self, req: es.RunSlotRequest) -> es.RunSlotReply:
+        slot = req.candidate.slot
+        if slot not in SLOTS:
+            raise EngineRequestError(f"unknown slot {slot!r}: set candidate.slot")
+        target = self.tier(req.tier, "slow")
+        source = "random" if req.source == es.INPUT_SOURCE_RANDOM else "captured"
+        shapes = protos.raw_shapes(req.shapes)
+        if source == "random" and not shapes:
+            shapes = list(self.config.default_shapes)
+        candidate = _with_id(req.candidate) if req.candidate.source.strip() else req.candidate
+        try:
+            out = await self._call(target, "run_slot", bool(candidate.source.strip()), source=candidate.source,
+                                   slot=slot, candidate_id=candidate.candidate_id, input_source=source,
+                                   shapes=shapes, seed=req.seed, max_inputs=req.max_inputs)
+        except WorkerFailure as failure:
+            return es.RunSlotReply(slot=slot, status=protos.RUN_STATUS[failure.status],
+                                   error=f"{failure.reason}; worker restarted")
+        return protos.run_slot_reply(slot, out)
+
+    async def profile(self, req: es.ProfileRequest) -> es.ProfileReply:
+        target = self.tier(req.tier, "slow")
+        try:
+            out = await self._call(target, "profile", False, shapes=self._shapes(req.shapes))
+        except WorkerFailure as failure:
+            raise EngineRequestError(f"profile failed: {failure.reason}") from failure
+        reply = es.ProfileReply(step_us=out["step_us"])
+        for t in out["times"]:
+            reply.times.append(es.SlotTime(slot=t["slot"], shape=protos.bucket(t["shape"]),
+                                           median_us=t["median_us"], calls_per_step=t["calls_per_step"]))
+        return reply
+
+    async def generate(self, req: es.GenerateRequest) -> es.GenerateReply:
+        target = self.tier(req.tier, "slow")
+        overrides = [_with_id(c) for c in req.overrides]
+        for c in overrides:
+            if c.slot not in SLOTS:
+                raise EngineRequestError(f"override {c.candidate_id}: unknown slot {c.slot!r}")
+        try:
+            out = await self._call(target, "generate", bool(overrides), prompt=list(req.prompt),
+                                   steps=req.steps, overrides=[(c.source, c.slot, c.candidate_id) for c in overrides],
+                                   reference_only=req.reference_only, return_logits=req.return_logits)
+        except WorkerFailure as failure:
+            return es.GenerateReply(status=protos.RUN_STATUS[failure.status],
+                                    error=f"{failure.reason}; worker restarted")
+        reply = es.GenerateReply(status=protos.RUN_STATUS[out["status"]], error=out.get("error", ""),
+                                 tokens=out.get("tokens", []), seconds=out.get("seconds", 0.0))
+        if out.get("logits") is not None:
+            reply.logits.CopyFrom(protos.tensor(out["logits"]))
+        return reply
+
+    # -- status -----------------------------------------------------------------------------
+    def status(self) -> es.StatusReply:
+        reply = es.StatusReply(engine_id=self.engine_id, model=self.model, hardware=self.hardware,
+                               device=self.device, experiments=self.experiments,
+                               uptime_s=time.monotonic() - self.started)
+        for name, tier in self.tiers.items():
+            slots = [es.SlotState(slot=slot, candidate_id=cid,
+                                  signature=f"kernel({', '.join(SLOTS[slot].params)}): {SLOTS[slot].doc}")
+                     for slot, cid in tier.slot_ids().items()]
+            reply.tiers.append(es.TierStatus(
+                tier=protos.TIER_ENUMS[name], layers=tier.info.get("layers", 0), slots=slots,
+                worker_restarts=tier.restarts, worker_alive=tier.alive, worker_start_s=tier.start_s))
+        return reply

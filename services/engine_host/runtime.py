@@ -1,0 +1,182 @@
+"""What an engine worker holds: the model (weights loaded once), its slot table, captured inputs.
+
+Runs only inside the worker process (see worker.py). Every method returns plain data (dicts, lists,
+encoded tensors) so the pipe never pickles torch objects. Candidate outcomes come back as a status
+("OK", "LOAD_ERROR", "RAISED", "WRONG_OUTPUT"); anything else raised is a bad request.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from services.engine_host import capture, slotbench
+from services.engine_host.inputs import Shape, resolve
+from services.engine_host.loader import LoadedCandidate, LoadError, error_line, load_candidate
+from services.engine_host.models.llama import build_model, generate, model_args
+from services.engine_host.outputs import encode
+from services.engine_host.slots import SlotTable
+from services.engine_host.timing import CpuTimer, CudaTimer, Settings, Timer
+from services.engine_host.worker import RawShape, WorkerSpec
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def hardware_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+class Runtime:
+    def __init__(self, spec: WorkerSpec, progress: Callable[[str], None]) -> None:
+        self.spec, self.progress = spec, progress
+        self.device = resolve_device(spec.device)
+        self.args = model_args(spec.model, spec.n_layers)
+        self.table = SlotTable()
+        self.model = build_model(self.args, self.table, seed=spec.seed, device=str(self.device),
+                                 max_batch=spec.max_batch)
+        self.kernels_dir = Path(spec.data_dir) / "kernels"
+        self.timer: Timer = CudaTimer() if self.device.type == "cuda" else CpuTimer()
+        self.settings = Settings(rounds=spec.rounds, samples=spec.samples, target_sample_s=spec.target_sample_s,
+                                 noise_floor=spec.noise_floor)
+        self.captured = capture.CaptureStore(spec.capture_per_slot)
+        if spec.capture_shapes:
+            self.capture(list(spec.capture_shapes))
+
+    # -- basics -----------------------------------------------------------------------------
+    def info(self) -> dict[str, Any]:
+        return {
+            "tier": self.spec.tier, "device": str(self.device), "hardware": hardware_name(self.device),
+            "layers": self.args.n_layers, "slots": self.table.ids(), "vocab_size": self.args.vocab_size,
+            "max_seq": self.model.max_seq, "dtype": self.args.dtype, "torch": torch.__version__,
+        }
+
+    def shapes(self, raw: list[RawShape], heaviest: int = 0) -> list[Shape]:
+        """Clamp each bucket to this model and box, merge buckets that became the same; heaviest first."""
+        merged: dict[str, Shape] = {}
+        for p, b, c, w in raw:
+            s = resolve(p, b, c, w, self.args, max_batch=self.spec.max_batch, max_tokens=self.spec.max_tokens)
+            if s.key in merged:
+                s = replace(s, weight=s.weight + merged[s.key].weight)
+            merged[s.key] = s
+        if not merged:
+            raise ValueError("no shapes to run at")
+        ordered = sorted(merged.values(), key=lambda s: -s.weight)
+        return ordered[:heaviest] if heaviest > 0 else ordered
+
+    def load(self, source: str, slot: str, candidate_id: str) -> LoadedCandidate:
+        return load_candidate(source, slot, self.kernels_dir, candidate_id or None)
+
+    # -- hot swap ---------------------------------------------------------------------------
+    def swap(self, source: str, slot: str, candidate_id: str) -> dict[str, Any]:
+        start = time.perf_counter()
+        try:
+            cand = self.load(source, slot, candidate_id)
+        except LoadError as exc:
+            return {"status": "LOAD_ERROR", "error": str(exc), "previous": self.table.installed_id(slot)}
+        previous = self.table.swap(slot, cand.kernel, cand.candidate_id)
+        return {"status": "OK", "previous": previous, "installed": cand.candidate_id,
+                "swap_s": time.perf_counter() - start, "version": self.table.version}
+
+    def rollback(self, slot: str) -> dict[str, Any]:
+        previous = self.table.rollback(slot)
+        return {"status": "OK", "previous": previous, "installed": self.table.installed_id(slot),
+                "version": self.table.version}
+
+    # -- benchmark, run, profile ------------------------------------------------------------
+    def benchmark(self, source: str, slot: str, candidate_id: str, shapes: list[RawShape],
+                  rounds: int = 0) -> dict[str, Any]:
+        try:
+            cand = self.load(source, slot, candidate_id)
+        except LoadError as exc:
+            return {"status": "LOAD_ERROR", "reason": str(exc), "incumbent_id": self.table.installed_id(slot)}
+        settings = self.settings if rounds <= 0 else replace(self.settings, rounds=rounds)
+        # the heaviest buckets only: a benchmark's time grows with every shape it runs at
+        return slotbench.benchmark(self, cand, self.shapes(shapes, self.spec.max_shapes), settings)
+
+    def run_slot(self, source: str, slot: str, candidate_id: str, input_source: str, shapes: list[RawShape],
+                 seed: int = 0, max_inputs: int = 0) -> dict[str, Any]:
+        cand = None
+        if source.strip():
+            try:
+                cand = self.load(source, slot, candidate_id)
+            except LoadError as exc:
+                return {"status": "LOAD_ERROR", "error": str(exc), "runs": []}
+        if input_source == "captured":
+            if shapes:
+                self.capture(shapes, only_missing=True)
+            keys = {s.key for s in self.capture_shapes(shapes)} if shapes else None
+            sets = self.captured.sets(slot, keys)
+        else:
+            sets = slotbench.random_sets(self, slot, self.shapes(shapes), seed)
+        if max_inputs > 0:
+            sets = sets[:max_inputs]
+        return slotbench.run_slot(slot, cand, sets)
+
+    def profile(self, shapes: list[RawShape]) -> dict[str, Any]:
+        return capture.profile(self, self.capture_shapes(shapes))
+
+    def capture_shapes(self, raw: list[RawShape]) -> list[Shape]:
+        """Forward-pass shapes also respect the KV cache (batch ≤ max_batch, context < max_seq)."""
+        out = []
+        for s in self.shapes(raw):
+            context = min(s.context, self.model.max_seq - 4)
+            if s.phase == "prefill":
+                out.append(Shape("prefill", min(s.batch, self.model.max_batch), context, context, s.weight))
+            else:
+                out.append(Shape("decode", min(s.batch, self.model.max_batch), 1, context, s.weight))
+        return out
+
+    def capture(self, shapes: list[RawShape], only_missing: bool = False) -> dict[str, Any]:
+        return capture.capture(self, self.capture_shapes(shapes), only_missing)
+
+    # -- generation -------------------------------------------------------------------------
+    def generate(self, prompt: list[int], steps: int, overrides: list[tuple[str, str, str]],
+                 reference_only: bool = False, return_logits: bool = False) -> dict[str, Any]:
+        if not prompt or steps <= 0:
+            raise ValueError("generate needs a non-empty prompt and steps > 0")
+        if min(prompt) < 0 or max(prompt) >= self.args.vocab_size:
+            raise ValueError(f"prompt tokens must lie in [0, {self.args.vocab_size})")
+        if len(prompt) + steps > self.model.max_seq:
+            raise ValueError(f"prompt {len(prompt)} + steps {steps} exceeds max_seq {self.model.max_seq}")
+        saved = self.table.snapshot()
+        start = time.perf_counter()
+        try:
+            if reference_only:
+                for slot in saved:
+                    self.table.rollback(slot)
+            for source, slot, cid in overrides:
+                try:
+                    cand = self.load(source, slot, cid)
+                except LoadError as exc:
+                    return {"status": "LOAD_ERROR", "error": f"override {cid or slot}: {exc}"}
+                self.table.swap(slot, cand.kernel, cand.candidate_id)
+            idx = torch.tensor([prompt], dtype=torch.long, device=self.device)
+            try:
+                tokens, logits = generate(self.model, idx, steps)
+            except Exception as exc:
+                return {"status": "RAISED", "error": error_line(exc)}
+        finally:
+            self.table.restore(saved)
+        reply: dict[str, Any] = {"status": "OK", "tokens": tokens[0].tolist(),
+                                 "seconds": time.perf_counter() - start}
+        if return_logits:
+            reply["logits"] = encode(logits[0].float())
+        return reply
