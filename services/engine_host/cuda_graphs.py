@@ -1,0 +1,195 @@
+"""CUDA graphs of the decode step, one per batch bucket, re-captured only where a swap invalidated them.
+
+Each graph remembers which slots (and regions) its step called and the table's per-slot version of
+each at capture time. A swap bumps one slot's version; the next step in a bucket compares its
+snapshot with the table and re-captures only if a slot it actually uses changed (lazily: a bucket
+that is never run again is never re-captured). The decode step attends over the whole static KV
+cache with a causal mask (gpt-fast style), so positions are tensors and one graph serves every step.
+
+On a CPU (or with `use_graphs=False`) the same bookkeeping runs around eager steps, so the
+invalidation logic is testable without a GPU.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from services.engine_host.gpu_regions import RegionTable
+from services.engine_host.slots import SlotTable
+
+
+@dataclass
+class Capture:
+    bucket: int
+    versions: dict[str, int]  # "slot:<name>" / "region:<name>" → version at capture
+    tokens: Tensor  # static input [bucket, 1]
+    pos: Tensor  # static input [1]
+    out: Tensor | None = None  # static output [bucket] next tokens
+    graph: Any = None  # torch.cuda.CUDAGraph, None when eager
+    capture_s: float = 0.0
+
+
+@dataclass
+class GraphStats:
+    captures: int = 0
+    replays: int = 0
+    eager_steps: int = 0
+    capture_s: list[float] = field(default_factory=list)
+    recaptured: list[int] = field(default_factory=list)  # buckets re-captured after a swap
+
+
+def buckets_for(max_batch: int) -> list[int]:
+    """Powers of two up to max_batch (and max_batch itself): a batch runs in the smallest bucket ≥ it."""
+    out, b = [], 1
+    while b < max_batch:
+        out.append(b)
+        b *= 2
+    return [*out, max_batch]
+
+
+class DecodeGraphs:
+    def __init__(self, model: Any, table: SlotTable | None, buckets: list[int], *,
+                 regions: RegionTable | None = None, use_graphs: bool | None = None) -> None:
+        self.model, self.table, self.regions = model, table, regions
+        self.buckets = sorted(set(buckets))
+        if self.buckets[-1] > model.max_batch:
+            raise ValueError(f"bucket {self.buckets[-1]} exceeds the KV cache's max batch {model.max_batch}")
+        self.device = model.output.device
+        self.use_graphs = (self.device.type == "cuda") if use_graphs is None else use_graphs
+        self.captures: dict[int, Capture] = {}
+        self.stats = GraphStats()
+        self._sample: Callable[[Tensor], Tensor] = (table.sample if table is not None
+                                                     else model.slots.sample)
+
+    # -- bookkeeping --------------------------------------------------------------------------
+    def bucket(self, batch: int) -> int:
+        for b in self.buckets:
+            if b >= batch:
+                return b
+        raise ValueError(f"batch {batch} exceeds the largest bucket {self.buckets[-1]}")
+
+    def _current(self, keys: list[str]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for key in keys:
+            kind, name = key.split(":", 1)
+            if kind == "slot" and self.table is not None:
+                out[key] = self.table.slot_versions[name]
+            elif kind == "region" and self.regions is not None:
+                out[key] = self.regions.versions[name]
+        return out
+
+    def valid(self, bucket: int) -> bool:
+        cap = self.captures.get(bucket)
+        return cap is not None and self._current(list(cap.versions)) == cap.versions
+
+    def invalid_buckets(self) -> list[int]:
+        return [b for b in self.captures if not self.valid(b)]
+
+    # -- the step -----------------------------------------------------------------------------
+    def _forward(self, tokens: Tensor, pos: Tensor) -> Tensor:
+        logits = self.model(tokens, pos, kv_len=self.model.max_seq)[:, -1]  # [b,V] float32
+        return self._sample(logits)
+
+    def _used(self, cap: Capture) -> list[str]:
+        """Run one eager step recording which slots and regions it calls (what a graph depends on)."""
+        used: set[str] = set()
+        if self.regions is not None:  # every decode step runs through all four regions' modules
+            used.update(f"region:{r}" for r in self.regions.versions)
+        if self.table is not None:
+            def wrap(slot: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+                def rec(*args: Any) -> Any:
+                    used.add(f"slot:{slot}")
+                    return fn(*args)
+                return rec
+
+            with self.table.wrapped(wrap):
+                if self.regions is not None:
+                    with self.regions.recording(used):
+                        self._forward(cap.tokens, cap.pos)
+                else:
+                    self._forward(cap.tokens, cap.pos)
+        return sorted(used)
+
+    def _capture(self, bucket: int, tokens: Tensor, pos: Tensor) -> Capture:
+        began = time.perf_counter()
+        cap = Capture(bucket, {}, tokens.clone(), pos.clone())
+        keys = self._used(cap)
+        if self.use_graphs:
+            stream = torch.cuda.Stream(self.device)
+            stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(stream):  # warm-up off the capture: JIT, cuBLAS handles, allocator
+                for _ in range(2):
+                    self._forward(cap.tokens, cap.pos)
+            torch.cuda.current_stream(self.device).wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                cap.out = self._forward(cap.tokens, cap.pos)
+            cap.graph = graph
+            torch.cuda.synchronize(self.device)
+        cap.versions = self._current(keys)  # read after the runs: a racing swap would show as stale
+        cap.capture_s = time.perf_counter() - began
+        self.stats.captures += 1
+        self.stats.capture_s.append(cap.capture_s)
+        return cap
+
+    def ensure(self, bucket: int) -> bool:
+        """Capture the bucket's graph if missing or stale; True when it (re)captured."""
+        if self.valid(bucket):
+            return False
+        old = self.captures.pop(bucket, None)
+        if old is not None:
+            self.stats.recaptured.append(bucket)
+            tokens, pos = old.tokens, old.pos
+            del old  # free the stale graph's memory before capturing the new one
+        else:
+            tokens = torch.ones(bucket, 1, dtype=torch.long, device=self.device)
+            # the last cache position: capture's own steps must not overwrite a prefilled prompt
+            pos = torch.full((1,), self.model.max_seq - 1, dtype=torch.long, device=self.device)
+        self.captures[bucket] = self._capture(bucket, tokens, pos)
+        return True
+
+    def step(self, tokens: Tensor, pos: int | Tensor) -> Tensor:
+        """tokens [B] (or [B,1]) at position pos → next tokens [B]; rows past B in the bucket are padding."""
+        tokens = tokens.reshape(-1)
+        B = tokens.numel()
+        bucket = self.bucket(B)
+        self.ensure(bucket)
+        cap = self.captures[bucket]
+        cap.tokens[:B, 0].copy_(tokens)
+        if isinstance(pos, Tensor):
+            cap.pos.copy_(pos.reshape(1))
+        else:
+            cap.pos.fill_(pos)
+        if cap.graph is not None:
+            cap.graph.replay()
+            self.stats.replays += 1
+            assert cap.out is not None
+            return cap.out[:B]
+        self.stats.eager_steps += 1
+        return self._forward(cap.tokens, cap.pos)[:B]
+
+
+def prefill(model: Any, sample: Callable[[Tensor], Tensor], prompt: Tensor) -> Tensor:
+    """prompt [B,P] → the first generated token [B]; fills the KV cache positions [0, P)."""
+    P = prompt.size(1)
+    logits = model(prompt, torch.arange(P, device=prompt.device), kv_len=P, last_only=True)[:, -1]
+    return sample(logits)
+
+
+def decode(graphs: DecodeGraphs, prompt: Tensor, steps: int) -> Tensor:
+    """Greedy generation through the graphs: prompt [B,P] → tokens [B, steps]."""
+    model = graphs.model
+    if prompt.size(1) + steps > model.max_seq:
+        raise ValueError(f"prompt {prompt.size(1)} + steps {steps} exceeds max_seq {model.max_seq}")
+    token = prefill(model, graphs._sample, prompt)
+    out = [token]
+    for i in range(steps - 1):
+        token = graphs.step(token, prompt.size(1) + i).clone()
+        out.append(token)
+    return torch.stack(out, dim=1)

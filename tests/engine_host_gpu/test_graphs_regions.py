@@ -1,0 +1,94 @@
+"""CPU twins of the GPU engine pieces: graph invalidation bookkeeping, regions, faults; GPU tests marked."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from services.engine_host.cuda_graphs import DecodeGraphs, buckets_for, decode
+from services.engine_host.gpu_faults import DEVICE_FAULT_EXIT, is_device_fault, probe_device
+from services.engine_host.gpu_regions import RegionTable
+from services.engine_host.models.llama import build_model, generate, model_args
+from services.engine_host.slots import REFERENCES, SlotTable
+
+gpu = pytest.mark.gpu
+
+
+def _engine(device: str = "cpu", layers: int = 2):
+    table = SlotTable()
+    model = build_model(model_args("llama-tiny", layers), table, seed=3, device=device, max_batch=4, max_seq=64)
+    return model, table
+
+
+def test_buckets() -> None:
+    assert buckets_for(64) == [1, 2, 4, 8, 16, 32, 64]
+    assert buckets_for(6) == [1, 2, 4, 6]
+
+
+@torch.inference_mode()
+def test_graph_decode_matches_generate_and_recaptures_only_stale_buckets() -> None:
+    model, table = _engine()
+    graphs = DecodeGraphs(model, table, [1, 4])
+    prompt = torch.randint(0, model.args.vocab_size, (3, 9), generator=torch.Generator().manual_seed(0))
+    got = decode(graphs, prompt, 6)
+    want, _ = generate(model, prompt, 6)
+    assert torch.equal(got, want)
+    assert graphs.bucket(3) == 4 and graphs.stats.captures == 1 and list(graphs.captures) == [4]
+    graphs.step(prompt[:1, 0], 20)
+    assert graphs.stats.captures == 2 and graphs.invalid_buckets() == []
+    table.swap("rmsnorm", lambda x, w, eps: REFERENCES["rmsnorm"](x, w, eps), "same-but-new")
+    assert sorted(graphs.invalid_buckets()) == [1, 4]
+    graphs.step(prompt[:1, 0], 20)  # lazily: only the bucket that runs again is re-captured
+    assert graphs.stats.recaptured == [1] and graphs.invalid_buckets() == [4]
+    with pytest.raises(ValueError):
+        graphs.bucket(5)
+
+
+@torch.inference_mode()
+def test_region_replaces_block_and_unused_slot_swaps_leave_graphs_alone() -> None:
+    model, table = _engine()
+    regions = RegionTable(model)
+    graphs = DecodeGraphs(model, table, [2], regions=regions)
+    tok = torch.tensor([5, 7])
+    before = graphs.step(tok, 3).clone()
+    calls = []
+
+    def fused_mlp(module, x):
+        calls.append(1)
+        gate, up = F.linear(x, torch.cat([module.w1, module.w3])).chunk(2, dim=-1)
+        return F.linear(F.silu(gate) * up, module.w2)
+
+    assert regions.install("mlp_block", fused_mlp, "fused") == "reference"
+    assert graphs.invalid_buckets() == [2]
+    after = graphs.step(tok, 3).clone()
+    assert torch.equal(before, after) and calls  # same function, now through the fused region
+    assert "region:mlp_block" in graphs.captures[2].versions
+    assert "slot:silu_mul" not in graphs.captures[2].versions  # the fused block never calls it
+    n = graphs.stats.captures
+    table.swap("silu_mul", REFERENCES["silu_mul"], "other")
+    graphs.step(tok, 3)
+    assert graphs.stats.captures == n  # silu_mul is not in this graph: nothing to re-capture
+    regions.rollback("mlp_block")
+    graphs.step(tok, 3)
+    assert graphs.stats.captures == n + 1 and "slot:silu_mul" in graphs.captures[2].versions
+    with pytest.raises(KeyError):
+        regions.install("nope", fused_mlp, "x")
+
+
+def test_fault_classification() -> None:
+    assert is_device_fault("CUDA error: an illegal memory access was encountered")
+    assert not is_device_fault("ValueError: shapes differ")
+    assert probe_device() == "" and DEVICE_FAULT_EXIT not in (0, 1)
+
+
+@gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@torch.inference_mode()
+def test_cuda_graph_decode_matches_eager_on_gpu() -> None:
+    model, table = _engine("cuda")
+    graphs = DecodeGraphs(model, table, [1, 4])
+    prompt = torch.randint(0, model.args.vocab_size, (4, 9), device="cuda")
+    got = decode(graphs, prompt, 6)
+    want, _ = generate(model, prompt, 6)
+    assert graphs.stats.replays > 0 and torch.equal(got, want)

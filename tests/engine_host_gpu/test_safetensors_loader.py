@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from services.engine_host.models.llama import build_model, model_args
+from services.engine_host.safetensors_loader import (
+    CheckpointError,
+    SafeTensors,
+    hf_permute,
+    hf_unpermute,
+    load_into,
+    save_file,
+)
+from services.engine_host.slots import SlotTable
+
+
+def _model(seed: int, layers: int | None = None):
+    return build_model(model_args("llama-tiny", layers), SlotTable(), seed=seed, device="cpu", max_batch=2,
+                       max_seq=32)
+
+
+def _logits(model) -> torch.Tensor:
+    idx = torch.arange(6).view(1, 6) * 37 % model.args.vocab_size
+    with torch.inference_mode():
+        return model(idx, torch.arange(6), kv_len=6)
+
+
+def test_round_trip_native_names(tmp_path) -> None:
+    src, dst = _model(1), _model(2)
+    path = tmp_path / "ckpt.safetensors"
+    save_file({n: p.to(torch.bfloat16) for n, p in src.named_parameters()}, path)
+    st = SafeTensors(path)
+    assert set(st.keys()) == {n for n, _ in src.named_parameters()} and st.get("norm").dtype == torch.bfloat16
+    st.close()
+    assert not torch.allclose(_logits(src), _logits(dst))
+    filled = load_into(dst, path)
+    assert len(filled) == len(list(dst.parameters()))
+    ref = _model(1)
+    for _n, p in ref.named_parameters():  # bf16 on disk: the loaded weights are the bf16-rounded ones
+        p.data.copy_(p.data.to(torch.bfloat16).float())
+    assert torch.equal(_logits(dst), _logits(ref))
+    fast = _model(3, layers=2)  # a fast tier loads the first layers and skips the rest
+    load_into(fast, path)
+    assert torch.equal(fast.layers[1].ffn_norm, dst.layers[1].ffn_norm)
+
+
+def test_hf_names_are_mapped_and_unpermuted(tmp_path) -> None:
+    src = _model(4)
+    a = src.args
+    hf: dict[str, torch.Tensor] = {"model.embed_tokens.weight": src.tok_embeddings, "model.norm.weight": src.norm,
+                                   "lm_head.weight": src.output}
+    for i, layer in enumerate(src.layers):
+        q, k, v = layer.attention.wqkv.split([a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim,
+                                              a.n_kv_heads * a.head_dim])
+        pre = f"model.layers.{i}."
+        hf.update({pre + "self_attn.q_proj.weight": hf_permute(q, a.n_heads, a.head_dim),
+                   pre + "self_attn.k_proj.weight": hf_permute(k, a.n_kv_heads, a.head_dim),
+                   pre + "self_attn.v_proj.weight": v, pre + "self_attn.o_proj.weight": layer.attention.wo,
+                   pre + "mlp.gate_proj.weight": layer.feed_forward.w1,
+                   pre + "mlp.up_proj.weight": layer.feed_forward.w3,
+                   pre + "mlp.down_proj.weight": layer.feed_forward.w2,
+                   pre + "input_layernorm.weight": layer.attention_norm,
+                   pre + "post_attention_layernorm.weight": layer.ffn_norm})
+    path = tmp_path / "hf.safetensors"
+    save_file(hf, path)
+    dst = _model(5)
+    load_into(dst, path)
+    assert torch.equal(_logits(dst), _logits(src))
+    w = torch.randn(8 * 4, 3)
+    assert torch.equal(hf_unpermute(hf_permute(w, 4, 8), 4, 8), w)
+
+
+def test_bad_files_are_clear_errors(tmp_path) -> None:
+    junk = tmp_path / "junk.safetensors"
+    junk.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00not json at all!")
+    with pytest.raises(CheckpointError):
+        SafeTensors(junk)
+    path = tmp_path / "small.safetensors"
+    save_file({"norm": torch.ones(3)}, path)
+    with pytest.raises(CheckpointError, match="shape"):
+        load_into(_model(1), path)
