@@ -42,9 +42,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from services.console import client, tables
+    from services.console.term import make_console
 
     reply = asyncio.run(client.sql(_nats_url(args), args.query, max_rows=args.max_rows))
     if reply.error:
@@ -55,7 +54,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
     elif args.format == "json":
         print(tables.sql_json(reply))
     else:
-        Console().print(tables.sql_table(reply))
+        make_console().print(tables.sql_table(reply))
     return 0
 
 

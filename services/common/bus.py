@@ -148,7 +148,7 @@ class Bus:
         while not self._stopping.is_set():
             try:
                 msgs = await sub.fetch(batch, timeout=1.0)
-            except nats.errors.TimeoutError:
+            except (TimeoutError, nats.errors.TimeoutError):  # nothing to fetch (or a busy loop)
                 continue
             except (nats.errors.ConnectionClosedError, asyncio.CancelledError):
                 return

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich.console import Console, Group
+from rich.console import Group
 from rich.live import Live
 from rich.spinner import Spinner
 from rich.table import Table
@@ -24,8 +24,9 @@ from services.common import subjects
 from services.console import client, progress
 from services.console.live import progress_table
 from services.console.stack import Stack
+from services.console.term import make_console
 
-console = Console()
+console = make_console()
 
 
 @dataclass(frozen=True)

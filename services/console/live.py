@@ -9,14 +9,14 @@ import threading
 import time
 from pathlib import Path
 
-from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
 from services.console import progress
 from services.console.stack import Stack
+from services.console.term import make_console
 
-console = Console()
+console = make_console()
 
 
 def progress_table(snap: progress.Snapshot, title: str = "campaign progress") -> Table:
