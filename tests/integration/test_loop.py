@@ -32,12 +32,12 @@ async def test_promotion_reaches_subscribers_and_sql(stack) -> None:
 
     await nc.subscribe(subjects.KERNEL_PROMOTED, cb=on_promoted)
     campaign = await client.start_campaign(
-        stack.nats_url, ev.StartCampaignRequest(model="llama-tiny", slots=["rmsnorm", "add_rmsnorm", "silu_mul"])
+        stack.nats_url, ev.StartCampaignRequest(model="llama-tiny", slots=["rmsnorm", "add_rmsnorm"], budget=24)
     )
     assert campaign.campaign_id
-    first = await asyncio.wait_for(promoted.get(), timeout=420)
+    first = await asyncio.wait_for(promoted.get(), timeout=400)
     await nc.close()
-    assert first.slot in ("rmsnorm", "add_rmsnorm", "silu_mul")
+    assert first.slot in ("rmsnorm", "add_rmsnorm")
     assert first.speedup_lo > 1.0 and first.source
 
     query = f"select candidate_id, slot from promotions where candidate_id = '{first.candidate_id}'"

@@ -4,7 +4,7 @@ Each untried configuration gets a predicted speedup from the evidence so far: th
 speedup among configurations it resembles, shrunk by DECAY per differing choice (so the neighbours of
 a fast configuration come first), and cut by FAIL_FACTOR for every choice that has only ever failed.
 Board notes from other agents and campaigns count as weaker evidence (NOTE_WEIGHT). With probability
-`explore`, or while there is no positive evidence yet, the agent explores instead: it picks the torch
+`explore`, or while nothing has beaten the incumbent yet, the agent explores instead: it picks the torch
 configuration whose choices have been tried least. Compiled variants are never explored blindly
 (a cold compile costs tens of seconds): they appear as neighbours of configurations that worked, and
 only while the campaign's compile allowance lasts.
@@ -51,7 +51,8 @@ class SearchAgent:
         untried = [c for c in ctx.space if ctx.candidate_id(c.source) not in taken]
         rng = random.Random(f"{ctx.seed}:{ctx.campaign_id}:{ctx.slot}:{len(ctx.trials)}")
         evidence = self._evidence(ctx)
-        positives = [e for e in evidence if e.speedup > 0]
+        # Only configurations that beat the incumbent are worth their neighbours; until one does, explore.
+        positives = [e for e in evidence if e.speedup > 1.0]
         failed = self._failed_values(evidence)
         usage = Counter((k, v) for t in ctx.trials for k, v in t.params.items())
         compile_left = ctx.compile_left
