@@ -41,11 +41,13 @@ class CaptureStore:
         self._sets: dict[str, list[Captured]] = defaultdict(list)
         self._next: dict[str, int] = defaultdict(int)
         self._shapes: set[str] = set()
+        self.weights: dict[str, float] = {}  # shape key → its traffic weight (how captured items are weighted)
 
     def has(self, shape_key: str) -> bool:
         return shape_key in self._shapes
 
-    def replace(self, shape_key: str, recorded: dict[str, list[tuple[Any, ...]]]) -> None:
+    def replace(self, shape_key: str, recorded: dict[str, list[tuple[Any, ...]]], weight: float = 1.0) -> None:
+        self.weights[shape_key] = weight
         for slot in list(self._sets):
             self._sets[slot] = [c for c in self._sets[slot] if c.shape_key != shape_key]
         for slot, arg_sets in recorded.items():
@@ -57,6 +59,15 @@ class CaptureStore:
     def sets(self, slot: str, shape_keys: set[str] | None = None) -> list[tuple[str, tuple[Any, ...]]]:
         return [(c.input_id, c.args) for c in self._sets.get(slot, [])
                 if shape_keys is None or c.shape_key in shape_keys]
+
+    def grouped(self, slot: str, shape_keys: set[str] | None = None) -> dict[tuple[str, tuple[Any, ...]],
+                                                                              list[tuple[Any, ...]]]:
+        """Captured argument sets by (shape key, argument shapes): one timed work item per group."""
+        out: dict[tuple[str, tuple[Any, ...]], list[tuple[Any, ...]]] = defaultdict(list)
+        for c in self._sets.get(slot, []):
+            if shape_keys is None or c.shape_key in shape_keys:
+                out[(c.shape_key, _signature(c.args))].append(c.args)
+        return out
 
     def counts(self) -> dict[str, int]:
         return {slot: len(v) for slot, v in self._sets.items()}
@@ -121,7 +132,7 @@ def capture(rt: Runtime, shapes: list[Shape], only_missing: bool = False) -> dic
             step()
             if shape.phase == "decode":
                 step()
-        rt.captured.replace(shape.key, recorded)
+        rt.captured.replace(shape.key, recorded, shape.weight)
         done.append(shape.key)
         rt.progress(f"captured {shape.key}")
     return {"captured": done, "counts": rt.captured.counts()}
@@ -152,6 +163,7 @@ def profile(rt: Runtime, shapes: list[Shape], steps: int = 5) -> dict[str, Any]:
     """Per-slot time per step (sum over its calls) and whole-step time, at each shape."""
     times: list[dict[str, Any]] = []
     step_total, weight_total = 0.0, 0.0
+    eager_us: dict[str, float] = {}  # decode shapes timed through graphs: their eager step, for reference
     for shape in shapes:
         per_step: dict[str, list[float]] = defaultdict(list)
         calls: dict[str, int] = defaultdict(int)
@@ -172,6 +184,18 @@ def profile(rt: Runtime, shapes: list[Shape], steps: int = 5) -> dict[str, Any]:
                 step()
                 _sync(rt)
                 plain.append(time.perf_counter() - start)
+            if rt.graphs is not None and shape.phase == "decode":
+                # what a decode step costs in production: one replay of the bucket's CUDA graph
+                eager_us[shape.key] = float(np.median(plain)) * 1e6
+                last = _tokens(rt, shape)[:, -1]
+                rt.graphs.step(last, shape.context - 1)  # (re)captures the bucket if needed
+                plain = []
+                for _ in range(steps):
+                    _sync(rt)
+                    start = time.perf_counter()
+                    rt.graphs.step(last, shape.context - 1)
+                    _sync(rt)
+                    plain.append(time.perf_counter() - start)
         for slot, values in per_step.items():
             times.append({"slot": slot, "shape": shape, "median_us": float(np.median(values)) * 1e6,
                           "calls_per_step": calls[slot] // steps})
@@ -180,4 +204,5 @@ def profile(rt: Runtime, shapes: list[Shape], steps: int = 5) -> dict[str, Any]:
         rt.progress(f"profiled {shape.key}")
     return {"times": [{**t, "shape": (t["shape"].phase, t["shape"].batch, t["shape"].context,
                                        t["shape"].weight)} for t in times],
-            "step_us": step_total / max(weight_total, 1e-12)}
+            "step_us": step_total / max(weight_total, 1e-12), "graphs": rt.graphs is not None,
+            "eager_step_us": eager_us}

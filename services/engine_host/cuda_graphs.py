@@ -31,6 +31,7 @@ class Capture:
     tokens: Tensor  # static input [bucket, 1]
     pos: Tensor  # static input [1]
     out: Tensor | None = None  # static output [bucket] next tokens
+    logits: Tensor | None = None  # static output [bucket, V] float32 logits behind `out`
     graph: Any = None  # torch.cuda.CUDAGraph, None when eager
     capture_s: float = 0.0
 
@@ -93,8 +94,11 @@ class DecodeGraphs:
 
     # -- the step -----------------------------------------------------------------------------
     def _forward(self, tokens: Tensor, pos: Tensor) -> Tensor:
+        return self._forward_logits(tokens, pos)[0]
+
+    def _forward_logits(self, tokens: Tensor, pos: Tensor) -> tuple[Tensor, Tensor]:
         logits = self.model(tokens, pos, kv_len=self.model.max_seq)[:, -1]  # [b,V] float32
-        return self._sample(logits)
+        return self._sample(logits), logits
 
     def _used(self, cap: Capture) -> list[str]:
         """Run one eager step recording which slots and regions it calls (what a graph depends on)."""
@@ -129,7 +133,7 @@ class DecodeGraphs:
             torch.cuda.current_stream(self.device).wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                cap.out = self._forward(cap.tokens, cap.pos)
+                cap.out, cap.logits = self._forward_logits(cap.tokens, cap.pos)
             cap.graph = graph
             torch.cuda.synchronize(self.device)
         cap.versions = self._current(keys)  # read after the runs: a racing swap would show as stale
@@ -149,8 +153,10 @@ class DecodeGraphs:
             del old  # free the stale graph's memory before capturing the new one
         else:
             tokens = torch.ones(bucket, 1, dtype=torch.long, device=self.device)
-            # the last cache position: capture's own steps must not overwrite a prefilled prompt
-            pos = torch.full((1,), self.model.max_seq - 1, dtype=torch.long, device=self.device)
+            pos = torch.empty(1, dtype=torch.long, device=self.device)
+        # the last cache position: capture's own steps must not overwrite a prefilled prompt (a
+        # re-capture too: the old static pos holds the last decoded position, inside a live prompt)
+        pos.fill_(self.model.max_seq - 1)
         self.captures[bucket] = self._capture(bucket, tokens, pos)
         return True
 
@@ -172,7 +178,14 @@ class DecodeGraphs:
             assert cap.out is not None
             return cap.out[:B]
         self.stats.eager_steps += 1
-        return self._forward(cap.tokens, cap.pos)[:B]
+        cap.out, cap.logits = self._forward_logits(cap.tokens, cap.pos)
+        return cap.out[:B]
+
+    def logits(self, batch: int) -> Tensor:
+        """The float32 logits [batch, V] behind the last step's tokens in that batch's bucket."""
+        cap = self.captures[self.bucket(batch)]
+        assert cap.logits is not None, "no step has run in this bucket"
+        return cap.logits[:batch]
 
 
 def prefill(model: Any, sample: Callable[[Tensor], Tensor], prompt: Tensor) -> Tensor:
@@ -184,12 +197,26 @@ def prefill(model: Any, sample: Callable[[Tensor], Tensor], prompt: Tensor) -> T
 
 def decode(graphs: DecodeGraphs, prompt: Tensor, steps: int) -> Tensor:
     """Greedy generation through the graphs: prompt [B,P] → tokens [B, steps]."""
+    return generate(graphs, prompt, steps, keep_logits=False)[0]
+
+
+def generate(graphs: DecodeGraphs, prompt: Tensor, steps: int,
+             keep_logits: bool = True) -> tuple[Tensor, Tensor | None]:
+    """Greedy: eager prefill, then one graph replay per token; (tokens [B,steps], logits [B,steps,V] or None).
+
+    Same contract as models.llama.generate (the logits behind each token), so the worker's Generate
+    runs through the graphs on a GPU and stays eager on a CPU.
+    """
     model = graphs.model
-    if prompt.size(1) + steps > model.max_seq:
-        raise ValueError(f"prompt {prompt.size(1)} + steps {steps} exceeds max_seq {model.max_seq}")
-    token = prefill(model, graphs._sample, prompt)
-    out = [token]
+    B, P = prompt.shape
+    if P + steps > model.max_seq:
+        raise ValueError(f"prompt {P} + steps {steps} exceeds max_seq {model.max_seq}")
+    logits = model(prompt, torch.arange(P, device=prompt.device), kv_len=P, last_only=True)[:, -1]
+    token = graphs._sample(logits)
+    tokens, all_logits = [token], [logits] if keep_logits else []
     for i in range(steps - 1):
-        token = graphs.step(token, prompt.size(1) + i).clone()
-        out.append(token)
-    return torch.stack(out, dim=1)
+        token = graphs.step(token, P + i).clone()
+        tokens.append(token)
+        if keep_logits:
+            all_logits.append(graphs.logits(B).clone())
+    return torch.stack(tokens, dim=1), (torch.stack(all_logits, dim=1) if keep_logits else None)

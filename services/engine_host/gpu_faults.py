@@ -63,3 +63,35 @@ def kernel(x, weight, eps):
     torch.cuda.synchronize()
     return y
 '''
+
+
+def hanging_triton_rmsnorm() -> str:
+    """A Triton rmsnorm candidate whose kernel spins forever on a flag nothing sets: a hung GPU.
+
+    The volatile load keeps the compiler from hoisting the flag out of the loop; the host's
+    no-progress timeout must kill the worker (and with it the CUDA context that runs the kernel).
+    """
+    return '''
+import torch
+import triton
+import triton.language as tl
+
+SLOT = "rmsnorm"
+BACKEND = "triton"
+
+
+@triton.jit
+def _spin(FLAG, COUNT):
+    i = 0
+    while tl.load(FLAG, volatile=True) == 0:
+        i += 1
+    tl.store(COUNT, i)
+
+
+def kernel(x, weight, eps):
+    flag = torch.zeros(1, dtype=torch.int32, device=x.device)
+    count = torch.zeros(1, dtype=torch.int32, device=x.device)
+    _spin[(1,)](flag, count)
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
+'''

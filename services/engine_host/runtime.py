@@ -17,6 +17,8 @@ from typing import Any
 import torch
 
 from services.engine_host import capture, slotbench
+from services.engine_host.cuda_graphs import DecodeGraphs, buckets_for
+from services.engine_host.cuda_graphs import generate as graph_generate
 from services.engine_host.inputs import Shape, resolve
 from services.engine_host.loader import LoadedCandidate, LoadError, error_line, load_candidate
 from services.engine_host.models.llama import build_model, generate, model_args
@@ -51,7 +53,7 @@ class Runtime:
         self.args = model_args(spec.model, spec.n_layers)
         self.table = SlotTable()
         self.model = build_model(self.args, self.table, seed=spec.seed, device=str(self.device),
-                                 max_batch=spec.max_batch)
+                                 max_batch=spec.max_batch, max_seq=spec.max_seq or None)
         self.kernels_dir = Path(spec.data_dir) / "kernels"
         self.timer: Timer = CudaTimer() if self.device.type == "cuda" else CpuTimer()
         self.settings = Settings(rounds=spec.rounds, samples=spec.samples, target_sample_s=spec.target_sample_s,
@@ -59,6 +61,14 @@ class Runtime:
         self.captured = capture.CaptureStore(spec.capture_per_slot)
         if spec.capture_shapes:
             self.capture(list(spec.capture_shapes))
+        # decode steps replay one CUDA graph per batch bucket; a swap re-captures only the buckets
+        # whose graphs call the swapped slot, lazily, when they next run (cuda_graphs.py)
+        self.graphs: DecodeGraphs | None = None
+        if self.device.type == "cuda" and spec.graphs:
+            self.graphs = DecodeGraphs(self.model, self.table, buckets_for(self.model.max_batch))
+            for bucket in spec.warm_buckets:
+                self.graphs.step(torch.ones(bucket, dtype=torch.long, device=self.device), self.model.max_seq - 1)
+            torch.cuda.synchronize(self.device)
 
     # -- basics -----------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
@@ -66,6 +76,7 @@ class Runtime:
             "tier": self.spec.tier, "device": str(self.device), "hardware": hardware_name(self.device),
             "layers": self.args.n_layers, "slots": self.table.ids(), "vocab_size": self.args.vocab_size,
             "max_seq": self.model.max_seq, "dtype": self.args.dtype, "torch": torch.__version__,
+            "graphs": self.graphs is not None, "captured": self.captured.counts(),
         }
 
     def shapes(self, raw: list[RawShape], heaviest: int = 0) -> list[Shape]:
@@ -85,15 +96,30 @@ class Runtime:
         return load_candidate(source, slot, self.kernels_dir, candidate_id or None)
 
     # -- hot swap ---------------------------------------------------------------------------
-    def swap(self, source: str, slot: str, candidate_id: str) -> dict[str, Any]:
+    def swap(self, source: str, slot: str, candidate_id: str, warm: bool = False) -> dict[str, Any]:
+        """Install a candidate. warm: call it once at a decode shape first, so its JIT (Triton,
+        torch.compile) happens here and is reported as jit_s, not inside the next graph capture."""
         start = time.perf_counter()
         try:
             cand = self.load(source, slot, candidate_id)
         except LoadError as exc:
             return {"status": "LOAD_ERROR", "error": str(exc), "previous": self.table.installed_id(slot)}
+        loaded = time.perf_counter()
+        if warm:
+            shape = self.shapes([("decode", 1, min(256, self.model.max_seq - 4), 1.0)])
+            _, args = slotbench.random_sets(self, slot, shape, 0)[0]
+            try:
+                cand.kernel(*args)
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize(self.device)
+            except Exception as exc:
+                return {"status": "RAISED", "error": error_line(exc, cand.path),
+                        "previous": self.table.installed_id(slot)}
+        jit = time.perf_counter()
         previous = self.table.swap(slot, cand.kernel, cand.candidate_id)
         return {"status": "OK", "previous": previous, "installed": cand.candidate_id,
-                "swap_s": time.perf_counter() - start, "version": self.table.version}
+                "swap_s": time.perf_counter() - start, "load_s": loaded - start, "jit_s": jit - loaded,
+                "version": self.table.version}
 
     def rollback(self, slot: str) -> dict[str, Any]:
         previous = self.table.rollback(slot)
@@ -109,7 +135,13 @@ class Runtime:
             return {"status": "LOAD_ERROR", "reason": str(exc), "incumbent_id": self.table.installed_id(slot)}
         settings = self.settings if rounds <= 0 else replace(self.settings, rounds=rounds)
         # the heaviest buckets only: a benchmark's time grows with every shape it runs at
-        return slotbench.benchmark(self, cand, self.shapes(shapes, self.spec.max_shapes), settings)
+        heaviest = self.shapes(shapes, self.spec.max_shapes)
+        keys = None
+        if self.spec.capture_shapes:  # the real-data tier: also time on inputs captured at these shapes
+            fwd = [self._forward_shape(s) for s in heaviest]
+            capture.capture(self, fwd, only_missing=True)
+            keys = {s.key for s in fwd}
+        return slotbench.benchmark(self, cand, heaviest, settings, keys)
 
     def run_slot(self, source: str, slot: str, candidate_id: str, input_source: str, shapes: list[RawShape],
                  seed: int = 0, max_inputs: int = 0) -> dict[str, Any]:
@@ -135,14 +167,13 @@ class Runtime:
 
     def capture_shapes(self, raw: list[RawShape]) -> list[Shape]:
         """Forward-pass shapes also respect the KV cache (batch ≤ max_batch, context < max_seq)."""
-        out = []
-        for s in self.shapes(raw):
-            context = min(s.context, self.model.max_seq - 4)
-            if s.phase == "prefill":
-                out.append(Shape("prefill", min(s.batch, self.model.max_batch), context, context, s.weight))
-            else:
-                out.append(Shape("decode", min(s.batch, self.model.max_batch), 1, context, s.weight))
-        return out
+        return [self._forward_shape(s) for s in self.shapes(raw)]
+
+    def _forward_shape(self, s: Shape) -> Shape:
+        context = min(s.context, self.model.max_seq - 4)
+        if s.phase == "prefill":
+            return Shape("prefill", min(s.batch, self.model.max_batch), context, context, s.weight)
+        return Shape("decode", min(s.batch, self.model.max_batch), 1, context, s.weight)
 
     def capture(self, shapes: list[RawShape], only_missing: bool = False) -> dict[str, Any]:
         return capture.capture(self, self.capture_shapes(shapes), only_missing)
@@ -170,13 +201,43 @@ class Runtime:
                 self.table.swap(slot, cand.kernel, cand.candidate_id)
             idx = torch.tensor([prompt], dtype=torch.long, device=self.device)
             try:
-                tokens, logits = generate(self.model, idx, steps)
+                if self.graphs is not None:  # the production path: one graph replay per decode step
+                    tokens, logits = graph_generate(self.graphs, idx, steps, keep_logits=return_logits)
+                else:
+                    tokens, logits = generate(self.model, idx, steps)
             except Exception as exc:
                 return {"status": "RAISED", "error": error_line(exc)}
         finally:
             self.table.restore(saved)
         reply: dict[str, Any] = {"status": "OK", "tokens": tokens[0].tolist(),
                                  "seconds": time.perf_counter() - start}
-        if return_logits:
+        if return_logits and logits is not None:
             reply["logits"] = encode(logits[0].float())
         return reply
+
+    def decode_rate(self, batch: int, steps: int = 30, blocks: int = 3) -> dict[str, Any]:
+        """End-to-end decode tokens/s at one batch with the slots as installed: graph replays on a GPU
+        (re-captured first if a swap invalidated the bucket), eager steps on a CPU; CUDA events or
+        perf_counter around `steps` steps, median of `blocks`, the first (re-capturing) step excluded."""
+        if not 1 <= batch <= self.model.max_batch or steps < 1:
+            raise ValueError(f"batch must lie in [1, {self.model.max_batch}] and steps >= 1")
+        pos = self.model.max_seq - 2  # attends over the whole static cache either way (graphs do)
+        tok = torch.ones(batch, dtype=torch.long, device=self.device)
+        began = time.perf_counter()
+        captures = self.graphs.stats.captures if self.graphs else 0
+        first = self._decode_step(tok, pos)
+        first.tolist()
+        first_s = time.perf_counter() - began
+        rates = []
+        for _ in range(blocks):
+            seconds = self.timer.measure(lambda: [self._decode_step(tok, pos) for _ in range(steps)])
+            rates.append(batch * steps / seconds)
+        return {"tok_s": float(sorted(rates)[len(rates) // 2]), "rates": rates, "first_step_s": first_s,
+                "recaptured": (self.graphs.stats.captures - captures) if self.graphs else 0,
+                "graphs": self.graphs is not None}
+
+    def _decode_step(self, tok: torch.Tensor, pos: int) -> torch.Tensor:
+        if self.graphs is not None:
+            return self.graphs.step(tok, pos)
+        p = torch.tensor([pos], device=self.device)
+        return self.table.sample(self.model(tok.view(-1, 1), p, kv_len=self.model.max_seq)[:, -1])

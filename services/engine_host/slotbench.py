@@ -42,32 +42,67 @@ def build_items(rt: Runtime, slot: str, shapes: list[Shape], seed: int) -> list[
     return items
 
 
+def captured_items(rt: Runtime, slot: str, shape_keys: set[str]) -> list[Item]:
+    """Work items from the slot's captured input sets (real forward passes at traffic shapes).
+
+    Each (shape, argument shapes) group is one item weighted by its shape's traffic share; its sets
+    are cycled into copies at fresh addresses until rotating through them leaves the L2 behind.
+    """
+    groups = rt.captured.grouped(slot, shape_keys)
+    per_shape: dict[str, int] = {}
+    for shape_key, _ in groups:
+        per_shape[shape_key] = per_shape.get(shape_key, 0) + 1
+    total = sum(rt.captured.weights.get(k, 1.0) for k in per_shape) or 1.0
+    items = []
+    for i, ((shape_key, _), sets) in enumerate(groups.items()):
+        n = max(len(sets), _n_for_bytes(rt, _bytes(sets[0])))
+        inputs = list(sets) + [clone_args(sets[j % len(sets)]) for j in range(n - len(sets))]
+        weight = rt.captured.weights.get(shape_key, 1.0) / total / per_shape[shape_key]
+        items.append(Item(f"captured:{shape_key}:{i}", weight, inputs))
+    return items
+
+
+def _bytes(args: tuple[Any, ...]) -> int:
+    return sum(a.nbytes for a in args if isinstance(a, torch.Tensor))
+
+
 def _n_sets(rt: Runtime, sites: list[CallSite]) -> int:
+    return _n_for_bytes(rt, sum(_bytes(site.args) for site in sites))
+
+
+def _n_for_bytes(rt: Runtime, set_bytes: int) -> int:
     """Enough input sets that rotating through them does not run from the GPU's L2 (3x its size)."""
     if rt.device.type != "cuda":
         return rt.spec.input_sets
-    set_bytes = sum(a.nbytes for site in sites for a in site.args if isinstance(a, torch.Tensor))
     l2 = torch.cuda.get_device_properties(rt.device).L2_cache_size
     return max(rt.spec.input_sets, min(64, math.ceil(3 * l2 / max(set_bytes, 1))))
 
 
-def benchmark(rt: Runtime, cand: LoadedCandidate, shapes: list[Shape], settings: Settings) -> dict[str, Any]:
+def benchmark(rt: Runtime, cand: LoadedCandidate, shapes: list[Shape], settings: Settings,
+              captured_keys: set[str] | None = None) -> dict[str, Any]:
+    """Check, then time against the incumbent on fresh random inputs and (where this tier captured
+    them) on the inputs recorded from real forward passes at the traffic shapes `captured_keys`."""
     slot = cand.slot
     incumbent_id = rt.table.installed_id(slot)
     incumbent = rt.table.installed(slot)
     base: dict[str, Any] = {"incumbent_id": incumbent_id, "shapes": [s.key for s in shapes]}
     items = build_items(rt, slot, shapes, seed=zlib.crc32(cand.candidate_id.encode()))
+    n_captured = 0
+    if captured_keys:
+        captured = captured_items(rt, slot, captured_keys)
+        n_captured = sum(len(v) for v in rt.captured.grouped(slot, captured_keys).values())
+        items += captured
     reference = REFERENCES[slot]
-    for item in items:  # quick correctness check before any timing
-        args = item.inputs[0]
-        expected = reference(*clone_args(args))
-        try:
-            got = cand.kernel(*clone_args(args))
-        except Exception as exc:
-            return {**base, "status": "RAISED", "reason": f"raised on {item.key}: {error_line(exc, cand.path)}"}
-        why = outputs.mismatch(expected, got)
-        if why:
-            return {**base, "status": "WRONG_OUTPUT", "reason": f"on {item.key}: {why}"}
+    for item in items:  # quick correctness check before any timing: every captured set, one random set
+        for args in (item.inputs if item.key.startswith("captured:") else item.inputs[:1]):
+            expected = reference(*clone_args(args))
+            try:
+                got = cand.kernel(*clone_args(args))
+            except Exception as exc:
+                return {**base, "status": "RAISED", "reason": f"raised on {item.key}: {error_line(exc, cand.path)}"}
+            why = outputs.mismatch(expected, got)
+            if why:
+                return {**base, "status": "WRONG_OUTPUT", "reason": f"on {item.key}: {why}"}
         rt.progress(f"checked {item.key}")  # a slow first call (torch.compile) is not a hang
     try:
         result = compare(incumbent, cand.kernel, items, rt.timer, settings, rt.progress)
@@ -78,6 +113,7 @@ def benchmark(rt: Runtime, cand: LoadedCandidate, shapes: list[Shape], settings:
         "incumbent": vars(result.incumbent), "candidate": vars(result.candidate),
         "aa_spread": result.aa_spread, "speedup": result.speedup,
         "speedup_lo": result.speedup_lo, "speedup_hi": result.speedup_hi, "per_item": result.per_item,
+        "per_group": result.per_group, "captured_sets_checked": n_captured,
     }
 
 

@@ -90,6 +90,12 @@ class Comparison:
     speedup_lo: float
     speedup_hi: float
     per_item: dict[str, float] = field(default_factory=dict)  # item key → speedup on that item
+    # "captured" (inputs recorded from real forward passes) / "random": speedup and A/A over that group
+    per_group: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def group_of(key: str) -> str:
+    return "captured" if key.startswith("captured:") else "random"
 
 
 def _run_calls(fn: Callable[..., Any], inputs: Sequence[tuple[Any, ...]], start: int, n: int) -> None:
@@ -167,6 +173,12 @@ def compare(
     widen = 1.0 + max(aa_spread, s.noise_floor)
     lo, hi = bootstrap_median(ratios, s.bootstrap)
     per_item = {item.key: float(np.median(inc[:, j] / cand[:, j])) for j, item in enumerate(items)}
+    per_group: dict[str, dict[str, float]] = {}
+    for g in sorted({group_of(it.key) for it in items}):
+        w = np.array([it.weight if group_of(it.key) == g else 0.0 for it in items])
+        g1, g2 = even[..., 0] @ w, even[..., 2] @ w
+        per_group[g] = {"speedup": float(np.median((inc @ w) / (cand @ w))),
+                        "aa_spread": float(np.median(np.abs(g1 / g2 - 1.0))), "items": int((w > 0).sum())}
     return Comparison(
         incumbent=_stats(x, runs[id(incumbent)]),
         candidate=_stats(y, runs[id(candidate)]),
@@ -175,6 +187,7 @@ def compare(
         speedup_lo=lo / widen,
         speedup_hi=hi * widen,
         per_item=per_item,
+        per_group=per_group,
     )
 
 

@@ -9,6 +9,7 @@ killed). Restarting and re-installing incumbents is the engine's job (tiers.py).
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import signal
@@ -47,6 +48,9 @@ class WorkerSpec:
     input_sets: int = 3
     capture_shapes: tuple[RawShape, ...] = ()
     capture_per_slot: int = 8
+    graphs: bool = True  # CUDA graphs per batch bucket for decode steps (CUDA only; the CPU stays eager)
+    warm_buckets: tuple[int, ...] = ()  # buckets captured at start, each followed by one decode step
+    max_seq: int = 0  # static KV cache length; 0: the model's own maximum
 
 
 class WorkerFailure(Exception):
@@ -71,6 +75,10 @@ def _child_main(conn: Connection, spec: WorkerSpec) -> None:
     import torch
 
     torch.set_num_threads(spec.threads)  # fixed threads: stable CPU timing, no oversubscription
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        # the Triton backend is part of a GPU engine's start, not of the first candidate's swap
+        with contextlib.suppress(ImportError):
+            import triton  # noqa: F401
     from services.engine_host.runtime import Runtime
 
     def progress(note: str) -> None:
