@@ -1,0 +1,244 @@
+"""Evaluate the traffic profiler's drift detector (issue 4, item 6).
+
+    .venv/bin/python benchmarks/drift_eval.py [--quick] [--traces DIR]
+
+Writes benchmarks/results/drift.json and benchmarks/drift_section.md (rows for BENCHMARKS.md):
+1. the shared real traces: every detected change with its trace time and what moved;
+2. synthetic shifts injected at t0 = 900 s into stationary streams (a block bootstrap of 60 s blocks
+   of a stationary stretch of each trace, so the trace's own rate and burstiness are kept):
+   prompts +80%, a 1.4x regional mix change, prompts doubling with a hit-rate drop, an expert skew
+   change; detection delay (first event after t0 naming the shifted metric) for two or three
+   window sizes;
+3. false alarms per hour on 10 hours of the same stationary streams, per window size;
+4. ingest throughput in records/s, pinned to one core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")  # one core: no BLAS thread pools either (before numpy loads)
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from services.traffic_profiler.config import DetectorConfig  # noqa: E402
+from services.traffic_profiler.detector import DriftDetector  # noqa: E402
+from services.traffic_profiler.offline import profile_trace  # noqa: E402
+from services.traffic_profiler.readers import read_trace  # noqa: E402
+from services.traffic_profiler.synthetic import BASE, SHIFTS, block_bootstrap, decorate  # noqa: E402
+
+TRACES = REPO.parent / "shared" / "traces"
+T0 = 900.0          # injection time in the synthetic streams
+HORIZON = 120.0     # "detected within 2 minutes"
+# stationary stretches (start, end, bootstrap block seconds): conv before its output/prompt shifts
+# (its outputs still switch regime minute to minute), all of code (no length drift; rate bursts and
+# idle minutes), and mooncake's second phase (only 6 minutes, with a slow trend in outputs; 10 s
+# blocks, as the synthetic trace has no minute-scale structure to keep)
+SOURCES = {
+    "azure2023_conv.csv": (0.0, 1260.0, 60.0),
+    "azure2023_code.csv": (0.0, 3400.0, 60.0),
+    "mooncake_synthetic_trace.jsonl": (660.0, 1020.0, 10.0),
+}
+
+
+def config_for(window_s: float) -> DetectorConfig:
+    return replace(DetectorConfig(), window_s=window_s)
+
+
+def run(records, cfg: DetectorConfig) -> list:
+    detector = DriftDetector(cfg)
+    drifts = []
+    for r in records:
+        drifts.extend(detector.observe(r))
+    drifts.extend(detector.flush())
+    return drifts
+
+
+def real_traces(traces: Path) -> dict:
+    out = {}
+    for name in SOURCES:
+        result = profile_trace(traces / name, record_ticks=False, overall=False)
+        out[name] = {"records": result.records, "malformed": result.malformed,
+                     "changes": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in c.items()}
+                                 for c in result.changes()]}
+    return out
+
+
+def injected(traces: Path, windows: list[float], seeds: int) -> list[dict]:
+    rows = []
+    for name, (lo, hi, block) in SOURCES.items():
+        source = list(read_trace(traces / name))
+        for window in windows:
+            cfg = config_for(window)
+            for shift in SHIFTS:
+                delays, early = [], 0
+                for seed in range(seeds):
+                    stream = block_bootstrap(source, T0 + 600, seed=seed, start_s=lo, end_s=hi, block_s=block)
+                    drifts = run(decorate(stream, shift.before, shift.after, T0, seed=seed), cfg)
+                    early += sum(1 for d in drifts if d.t_s < T0)
+                    hits = [d.t_s - T0 for d in drifts
+                            if d.t_s >= T0 and {c.metric for c in d.changes} & set(shift.metrics)]
+                    delays.append(hits[0] if hits else None)
+                found = [d for d in delays if d is not None]
+                rows.append({
+                    "trace": name, "window_s": window, "shift": shift.name, "metrics": list(shift.metrics),
+                    "delays_s": delays, "median_delay_s": statistics.median(found) if found else None,
+                    "within_2min": sum(1 for d in found if d <= HORIZON), "runs": seeds,
+                    "alarms_before_shift": early,
+                })
+                print(f"  {name:32} w={window:4.0f} {shift.name:28} delays={delays}", flush=True)
+    return rows
+
+
+def false_alarms(traces: Path, windows: list[float], hours: float) -> list[dict]:
+    rows = []
+    for name, (lo, hi, block) in SOURCES.items():
+        source = list(read_trace(traces / name))
+        stream = decorate(block_bootstrap(source, hours * 3600, seed=99, start_s=lo, end_s=hi, block_s=block),
+                          BASE, BASE, float("inf"), seed=1)
+        for window in windows:
+            drifts = run(stream, config_for(window))
+            metrics: dict[str, int] = {}
+            for d in drifts:
+                for m in {c.metric for c in d.changes}:
+                    metrics[m] = metrics.get(m, 0) + 1
+            rows.append({"trace": name, "window_s": window, "hours": hours, "alarms": len(drifts),
+                         "per_10h": round(len(drifts) / hours * 10, 2), "by_metric": metrics})
+            print(f"  {name:32} w={window:4.0f} alarms/10h={len(drifts) / hours * 10:.1f} {metrics}", flush=True)
+    return rows
+
+
+def throughput(traces: Path) -> dict:
+    """records/s on one core: parsing files, detector ingest at a fleet's rate, and both at trace rates."""
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    out: dict = {}
+    for name in SOURCES:
+        path = traces / name
+        start = time.perf_counter()
+        records = list(read_trace(path))
+        parse = len(records) / (time.perf_counter() - start)
+        # a fleet's rate: the same records with trace time compressed to ~2000 requests/s, 10 laps
+        span = records[-1].arrival_s or 1.0
+        factor = len(records) / span / 2000.0
+        laps = []
+        for lap in range(10):
+            laps.extend(replace(r, arrival_s=(lap * span + r.arrival_s) * factor) for r in records)
+        detector = DriftDetector()
+        start = time.perf_counter()
+        for r in laps:
+            detector.observe(r)
+        observe = len(laps) / (time.perf_counter() - start)
+        start = time.perf_counter()
+        result = profile_trace(path, record_ticks=False, overall=False)
+        own_rate = result.records / (time.perf_counter() - start)
+        out[name] = {"parse_per_s": round(parse), "ingest_at_2000_rps_per_s": round(observe),
+                     "parse_and_ingest_per_s": round(1 / (1 / parse + 1 / observe)),
+                     "end_to_end_at_trace_rate_per_s": round(own_rate)}
+        print(f"  {name:32} {out[name]}", flush=True)
+    return out
+
+
+def markdown(result: dict) -> str:
+    lines = ["## Traffic profiler: drift detection (benchmarks/drift_eval.py)", "",
+             f"Default detector: {result['config_summary']}. Measured on "
+             f"{result['machine']}; full data in `benchmarks/results/drift.json`.", "",
+             "### Real traces (default config)", "",
+             "| trace | t (s) | metric | before | after |", "|---|---|---|---|---|"]
+    for name, info in result["real_traces"].items():
+        for c in info["changes"]:
+            lines.append(f"| {name} | {c['t_s']:.0f} | {c['metric']} | {c['before']:.3g} | {c['after']:.3g} |")
+        if not info["changes"]:
+            lines.append(f"| {name} | - | none | | |")
+    lines += ["", f"### Injected shifts at t0 = {T0:.0f} s (delay to the first event naming the shifted metric)", "",
+              "| stationary source | window (s) | shift | median delay (s) | within 2 min | alarms before t0 |",
+              "|---|---|---|---|---|---|"]
+    for r in result["injected"]:
+        delay = "-" if r["median_delay_s"] is None else f"{r['median_delay_s']:.0f}"
+        lines.append(f"| {r['trace']} | {r['window_s']:.0f} | {r['shift']} | {delay} | "
+                     f"{r['within_2min']}/{r['runs']} | {r['alarms_before_shift']} |")
+    lines += ["", "### False alarms on stationary traffic (block bootstrap)", "",
+              "| stationary source | window (s) | hours | alarms per 10 h | by metric |", "|---|---|---|---|---|"]
+    for r in result["false_alarms"]:
+        lines.append(f"| {r['trace']} | {r['window_s']:.0f} | {r['hours']:.0f} | {r['per_10h']} | {r['by_metric']} |")
+    lines += ["", "### Ingest throughput, one core (records/s)", "",
+              "| trace | parse | detector ingest at 2000 req/s | parse + ingest | end to end at the trace's own rate |",
+              "|---|---|---|---|---|"]
+    for name, t in result["throughput"].items():
+        lines.append(f"| {name} | {t['parse_per_s']:,} | {t['ingest_at_2000_rps_per_s']:,} | "
+                     f"{t['parse_and_ingest_per_s']:,} | {t['end_to_end_at_trace_rate_per_s']:,} |")
+    return "\n".join(lines) + "\n" + NOTES
+
+
+NOTES = """
+Notes:
+- The detector evaluates every 10 s of trace time; a tick costs a few milliseconds (KS and PSI on two
+  window sizes, per-metric references). At a fleet's rate (thousands of requests/s) that is amortised
+  and ingest is bounded by parsing; at these traces' own 2-7 requests/s a tick falls every 20-70
+  records, hence the lower end-to-end figure.
+- azure2023_code, prompts +80%: that trace's own prompt mix wanders by up to 1.95x (mean log prompt,
+  2-minute windows) from one burst to the next, so a sustained 1.8x shift cannot be told from its
+  bursts within 2 minutes without false alarms; the detector reports it once it outlasts them. The
+  one miss in four of its other shifts is a seed whose bootstrap puts idle minutes right after t0:
+  no traffic, nothing to detect until requests arrive.
+- The false-alarm streams resample real minutes, so they keep each trace's minute-to-minute regime
+  switches (conv's outputs alternate between ~150 and ~380 tokens for minutes at a time, code's rate
+  between idle and 600 requests/minute); the detector's burst-adjusted tests (noise.py) calibrate on
+  that wander as it runs.
+"""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer seeds, 2 h of stationary traffic")
+    parser.add_argument("--traces", type=Path, default=TRACES)
+    parser.add_argument("--markdown-only", action="store_true", help="re-render the section from drift.json")
+    parser.add_argument("--throughput-only", action="store_true", help="re-measure throughput only")
+    args = parser.parse_args()
+    if args.markdown_only or args.throughput_only:
+        stored = REPO / "benchmarks" / "results" / "drift.json"
+        result = json.loads(stored.read_text())
+        if args.throughput_only:
+            result["throughput"] = throughput(args.traces)
+            stored.write_text(json.dumps(result, indent=1, default=str) + "\n")
+        (REPO / "benchmarks" / "drift_section.md").write_text(markdown(result))
+        return 0
+    if not args.traces.is_dir():
+        print(f"shared traces not found at {args.traces}", file=sys.stderr)
+        return 2
+    windows = [30.0, 60.0, 120.0]
+    started = time.time()
+    print("real traces", flush=True)
+    result: dict = {"real_traces": real_traces(args.traces)}
+    print("injected shifts", flush=True)
+    result["injected"] = injected(args.traces, windows, seeds=2 if args.quick else 4)
+    print("false alarms", flush=True)
+    result["false_alarms"] = false_alarms(args.traces, windows, hours=2.0 if args.quick else 10.0)
+    print("throughput", flush=True)
+    result["throughput"] = throughput(args.traces)
+    cfg = DetectorConfig()
+    result["config"] = asdict(cfg)
+    result["config_summary"] = (f"step {cfg.step_s:.0f} s, windows of `window_s` and {cfg.long_window_s:.0f} s, "
+                                f"reference up to {cfg.reference_s:.0f} s, persistence {cfg.persistence} ticks, "
+                                f"cooldown {cfg.cooldown_s:.0f} s, burst-adjusted p <= {cfg.p_max:g} with "
+                                f"KS >= {cfg.ks_min} and PSI >= {cfg.psi_min}")
+    result["machine"] = f"{os.cpu_count()}-core {sys.platform}, Python {sys.version.split()[0]}"
+    result["seconds"] = round(time.time() - started, 1)
+    out = REPO / "benchmarks" / "results" / "drift.json"
+    out.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    (REPO / "benchmarks" / "drift_section.md").write_text(markdown(result))
+    print(f"wrote {out} and benchmarks/drift_section.md in {result['seconds']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Traffic profiler: ingest request records, keep windowed profiles, detect drift, emit shape buckets."""

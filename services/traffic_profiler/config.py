@@ -1,0 +1,73 @@
+"""Profiler settings from POLYMORPH_TRAFFIC_PROFILER_* variables (see `ProfilerConfig.from_env`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from services.common.config import CommonSettings, Env
+
+P = "TRAFFIC_PROFILER_"
+
+
+@dataclass(frozen=True)
+class DetectorConfig:
+    """Windowing and drift thresholds; shared by the live service and `polymorph profile`."""
+
+    window_s: float = 60.0          # current window: records with arrival in (t - window_s, t]
+    long_window_s: float = 300.0    # a second, longer window for smaller sustained shifts (0: off)
+    step_s: float = 10.0            # evaluate every step_s of trace time (ticks at multiples of it)
+    reference_s: float = 300.0      # the reference grows (while quiet) up to this much traffic
+    min_records: int = 30           # fewer records in a window: distributions are not compared
+    persistence: int = 3            # consecutive ticks over threshold before firing
+    cooldown_s: float = 120.0       # no new event for this long after one; then the reference re-bases
+    ks_min: float = 0.1             # KS distance a length distribution must move by ...
+    psi_min: float = 0.1            # ... and its population stability index ...
+    p_max: float = 1e-6             # ... with a burst-adjusted p-value (KS or PSI) below this (noise.py)
+    p_moved: float = 1e-5           # a metric this significant is listed in an event it did not fire
+    phi_default: float = 1.5        # KS design effect until phi_history_ticks have measured it (noise.py)
+    phi_max: float = 4.0
+    phi_history_ticks: int = 360    # quiet ticks whose KS ratios give the measured design effect
+    phi_quantile: float = 0.5       # ... read off this quantile of their ratios (noise.py)
+    rate_window_s: float = 600.0    # arrival rate is compared over this longer window (bursty traffic)
+    rate_reference_s: float = 900.0  # ... against a reference of up to this much traffic
+    rate_ratio_min: float = 2.0     # rate change factor that counts as drift (either direction) ...
+    rate_p_max: float = 0.05        # ... if also significant against per-minute variability (checks.py)
+    rate_persistence_s: float = 120.0  # ... and sustained this long (minutes of bursts are not drift)
+    hit_delta_min: float = 0.1      # absolute change of the prefix-cache token hit rate
+    expert_psi_min: float = 0.05    # PSI of the per-expert token shares
+    tag_psi_min: float = 0.25       # PSI of the tag (region, tenant) mix
+    cache_blocks: int = 1_000_000   # simulated prefix-cache capacity (LRU blocks), 0 = unbounded
+    block_tokens: int = 512         # tokens per prompt block hash
+    decode_tps: float = 40.0        # assumed decode speed per request (tokens/s), for Little's law
+    prefill_tps: float = 8000.0     # assumed prefill throughput (tokens/s), for Little's law
+    max_batch: int = 256            # decode batch size cap for shape buckets
+    max_lateness_s: float = 900.0   # a record this far behind the newest restarts the windows (rewind)
+
+    @classmethod
+    def from_env(cls, env: Env) -> DetectorConfig:
+        d = cls()
+        values = {}
+        for name in cls.__dataclass_fields__:
+            default = getattr(d, name)
+            reader = env.int if isinstance(default, int) else env.float
+            values[name] = reader(P + name.upper(), default)  # type: ignore[operator]
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class ProfilerConfig:
+    detector: DetectorConfig = field(default_factory=DetectorConfig)
+    state_dir: Path = Path(".polymorph/traffic_profiler")
+    snapshot_every_s: float = 2.0   # wall seconds between detector-state snapshots
+    model: str = "llama-tiny"
+
+    @classmethod
+    def from_env(cls, env: Env, common: CommonSettings | None = None) -> ProfilerConfig:
+        common = common or CommonSettings.from_env(env)
+        return cls(
+            detector=DetectorConfig.from_env(env),
+            state_dir=env.path(P + "STATE_DIR", common.data_dir / "traffic_profiler"),
+            snapshot_every_s=env.float(P + "SNAPSHOT_EVERY_S", 2.0),
+            model=common.model,
+        )

@@ -1,0 +1,288 @@
+"""The drift detector: trace-time windows, per-metric references, persistence, cooldown, re-basing.
+
+Shared by the live service (records from the bus) and `polymorph profile` (records from a file).
+
+Timeline (all in trace time, i.e. the records' arrival_s):
+- ticks fall on multiples of step_s; tick T is evaluated once a record later than T arrives (or at
+  `flush`), comparing each metric's reference with the current windows (max(T - w, ref.end), T]
+  for w in (window_s, long_window_s) (arrival rate: rate_window_s), so the two never overlap;
+- each metric has its own reference (ref.start, ref.end]: it starts with the first records and,
+  while that metric is quiet, absorbs the records leaving the short window until it spans
+  reference_s;
+- a metric over threshold on `persistence` consecutive ticks, outside its cooldown, fires a Drift
+  listing every metric over threshold or notably moved at that tick, with before/after values,
+  effect sizes and an estimate of when the change began;
+- cooldown_s after firing, each reported metric's reference re-bases onto the traffic since its
+  change began (the new regime), so one change is reported once, while the other metrics keep
+  comparing with the traffic before; a completed campaign (`request_rebase`) re-bases them all;
+- a record more than max_lateness_s behind the newest (a trace replayed again) starts a new epoch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from proto.gen.polymorph.v1 import events_pb2 as ev
+from services.traffic_profiler.checks import METRICS, Check, check
+from services.traffic_profiler.config import DetectorConfig
+from services.traffic_profiler.noise import ks_effect, psi_effect
+from services.traffic_profiler.prefix_cache import PrefixCache
+from services.traffic_profiler.profile import Profile, build_profile
+from services.traffic_profiler.records import Record
+from services.traffic_profiler.stats import change_point, ecdf_positions
+from services.traffic_profiler.window import RowStore, WindowData, concat, empty
+
+LENGTHS = ("prompt_tokens", "output_tokens")
+
+
+@dataclass(frozen=True)
+class Change:
+    metric: str
+    before: float
+    after: float
+    ks: float
+    psi: float
+    since_s: float
+
+    def to_proto(self) -> ev.MetricChange:
+        return ev.MetricChange(metric=self.metric, before=self.before, after=self.after, ks=self.ks,
+                               psi=self.psi, since_s=self.since_s)
+
+
+@dataclass(frozen=True)
+class Drift:
+    drift_id: str
+    t_s: float
+    changes: tuple[Change, ...]
+    reference: Profile
+    current: Profile
+
+    def to_proto(self, model: str = "") -> ev.DriftEvent:
+        return ev.DriftEvent(
+            drift_id=self.drift_id,
+            t_s=self.t_s,
+            changes=[c.to_proto() for c in self.changes],
+            reference=self.reference.to_proto(f"{self.drift_id}:reference", model),
+            current=self.current.to_proto(f"{self.drift_id}:current", model),
+        )
+
+
+@dataclass(frozen=True)
+class Tick:
+    """One evaluation, kept for reports when the detector records them."""
+
+    t: float
+    profile: Profile
+    checks: tuple[Check, ...]
+    drift: Drift | None
+
+
+@dataclass
+class Reference:
+    start: float
+    end: float
+    data: WindowData
+    rebase_at: float | None = None     # re-base once the cooldown after its change is over
+    rebase_from: float | None = None   # ... onto the traffic since the change began
+    cooldown_until: float = -math.inf
+    streak: int = 0
+    first_over: float | None = None
+
+    def ready(self, cfg: DetectorConfig) -> bool:
+        return self.data.n >= cfg.min_records and self.end - self.start >= cfg.window_s
+
+
+@dataclass
+class DriftDetector:
+    cfg: DetectorConfig = field(default_factory=DetectorConfig)
+    record_ticks: bool = False
+    ticks: list[Tick] = field(default_factory=list)
+    epoch: int = 0
+    records: int = 0
+    rewinds: int = 0
+
+    def __post_init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        cfg = self.cfg
+        self.cache = PrefixCache(cfg.cache_blocks, cfg.block_tokens)
+        self.rows = RowStore()
+        self.latest: float | None = None
+        self.first_t = 0.0
+        self.next_tick: float | None = None
+        self.refs: dict[str, Reference] = {}
+        h, d, cap, q = cfg.phi_history_ticks, cfg.phi_default, cfg.phi_max, cfg.phi_quantile
+        self.noise = {(m, w): (ks_effect(h, d, cap, q), psi_effect(h, d, cap, q))
+                      for m in LENGTHS for w in self._scales()}
+        self.rebase_requested = False
+
+    def _scales(self) -> list[float]:
+        long = self.cfg.long_window_s
+        return [self.cfg.window_s] + ([long] if long > self.cfg.window_s else [])
+
+    # -- ingest ----------------------------------------------------------------------------------
+    def observe(self, record: Record) -> list[Drift]:
+        """Add one record; returns the drifts fired by the ticks it closed (usually none)."""
+        t = record.arrival_s
+        if self.latest is not None and t < self.latest - self.cfg.max_lateness_s:
+            self.epoch += 1
+            self.rewinds += 1
+            self._reset()
+        if record.cached_tokens is not None:
+            hit = float(min(record.cached_tokens, record.prompt_tokens))
+        elif record.block_hashes:
+            hit = float(self.cache.hit_tokens(record.block_hashes, record.prompt_tokens))
+        else:
+            hit = math.nan
+        if self.next_tick is None:
+            self.next_tick = math.floor(t / self.cfg.step_s) * self.cfg.step_s
+            self.refs = {m: Reference(t - 1e-9, t - 1e-9, empty(t)) for m in METRICS}
+            self.first_t = t - 1e-9
+            fired: list[Drift] = []
+        else:
+            fired = self._advance(t)
+        self.rows.append(t, record.prompt_tokens, record.output_tokens, hit, record.tag, record.expert_counts)
+        self.last_hit = hit  # NaN when unknown; lets offline reports reuse the cache simulation
+        self.latest = t if self.latest is None else max(self.latest, t)
+        self.records += 1
+        return fired
+
+    def flush(self) -> list[Drift]:
+        """Evaluate the ticks up to the newest record (end of a trace file)."""
+        return [] if self.latest is None else self._advance(self.latest + 1e-9)
+
+    def request_rebase(self) -> None:
+        """A campaign completed: the traffic it tuned for becomes every reference at the next tick."""
+        self.rebase_requested = True
+
+    def _advance(self, t: float) -> list[Drift]:
+        fired: list[Drift] = []
+        assert self.next_tick is not None and self.latest is not None
+        horizon = max(self.cfg.long_window_s, self.cfg.rate_window_s) + self.cfg.step_s
+        while self.next_tick < t:
+            if self.next_tick > self.latest + horizon:  # a long silence: skip ticks with empty windows
+                self.next_tick = math.floor(t / self.cfg.step_s) * self.cfg.step_s
+                if self.next_tick >= t:
+                    break
+            drift = self._evaluate(self.next_tick)
+            if drift is not None:
+                fired.append(drift)
+            self.next_tick += self.cfg.step_s
+        return fired
+
+    # -- evaluation ------------------------------------------------------------------------------
+    def _evaluate(self, T: float) -> Drift | None:
+        cfg = self.cfg
+        self.rows.prune(T - max(cfg.long_window_s, cfg.rate_window_s, cfg.rate_reference_s) - cfg.window_s)
+        for metric, ref in self.refs.items():
+            if self.rebase_requested or (ref.rebase_at is not None and ref.rebase_at <= T):
+                self._rebase(metric, ref, T)
+        self.rebase_requested = False
+        checks = {m: c for m in METRICS if (c := self._check(m, T)) is not None}
+        for metric, ref in self.refs.items():
+            c = checks.get(metric)
+            if c is not None and c.over:
+                ref.streak += 1
+                ref.first_over = T if ref.first_over is None else ref.first_over
+            else:
+                ref.streak, ref.first_over = 0, None
+                self._grow(metric, ref, T)
+        due = [m for m, r in self.refs.items() if r.streak >= self._persistence(m) and r.cooldown_until <= T]
+        drift = self._fire(T, due[0], [c for c in checks.values() if c.over or c.moved]) if due else None
+        if self.record_ticks:
+            cur = self.rows.window(max(T - cfg.window_s, self.first_t), T)
+            self.ticks.append(Tick(T, build_profile(cur, cfg, with_buckets=False), tuple(checks.values()), drift))
+        return drift
+
+    def _persistence(self, metric: str) -> int:
+        if metric == "arrival_rate":
+            return max(self.cfg.persistence, math.ceil(self.cfg.rate_persistence_s / self.cfg.step_s))
+        return self.cfg.persistence
+
+    def _check(self, metric: str, T: float) -> Check | None:
+        """The metric's most telling check over the window sizes, against its own reference."""
+        ref = self.refs[metric]
+        if not ref.ready(self.cfg):
+            return None
+        scales = [self.cfg.rate_window_s] if metric == "arrival_rate" else self._scales()
+        best: Check | None = None
+        for scale in scales:
+            cur = self.rows.window(max(T - scale, ref.end), T)
+            noise = self.noise.get((metric, scale))
+            c = check(metric, ref.data, cur, (noise[0].phi, noise[1].phi) if noise else (1.0, 1.0), self.cfg)
+            if c is None:
+                continue
+            if noise is not None and not c.over:
+                noise[0].add(c.ks_ratio)
+                noise[1].add(c.psi_ratio)
+            if best is None or (c.over, c.moved, -c.pvalue) > (best.over, best.moved, -best.pvalue):
+                best = c
+        return best
+
+    def _span(self, metric: str) -> float:
+        return self.cfg.rate_reference_s if metric == "arrival_rate" else self.cfg.reference_s
+
+    def _grow(self, metric: str, ref: Reference, T: float) -> None:
+        target = min(T - self.cfg.window_s, ref.start + self._span(metric))
+        if target > ref.end and ref.rebase_at is None:
+            ref.data = concat(ref.data, self.rows.window(ref.end, target))
+            ref.end = target
+
+    def _rebase(self, metric: str, ref: Reference, T: float) -> None:
+        """The reference becomes the traffic since its change began (at most reference_s of it)."""
+        start = T - self._span(metric)
+        if ref.rebase_from is not None and not self.rebase_requested:
+            start = max(start, ref.rebase_from)
+        start = min(start, T - self.cfg.window_s)
+        ref.start, ref.end, ref.data = start, T, self.rows.window(start, T)
+        ref.rebase_at = ref.rebase_from = None
+        ref.streak, ref.first_over = 0, None
+
+    def _fire(self, T: float, driver: str, moved: list[Check]) -> Drift:
+        changes = tuple(Change(c.metric, c.before, c.after, c.ks, c.psi, self._since(c.metric, T)) for c in moved)
+        ref = self.refs[driver]
+        metrics = ",".join(sorted(c.metric for c in changes))
+        key = f"{self.epoch}|{ref.start:.3f}|{ref.end:.3f}|{T:.3f}|{metrics}"
+        drift = Drift(
+            drift_id=hashlib.sha256(key.encode()).hexdigest()[:16],
+            t_s=T,
+            changes=changes,
+            reference=build_profile(ref.data, self.cfg),
+            current=build_profile(self.rows.window(max(T - self.cfg.window_s, ref.end), T), self.cfg),
+        )
+        for c in changes:  # each reported metric rests, then re-bases onto its new regime
+            r = self.refs[c.metric]
+            r.cooldown_until = r.rebase_at = T + self.cfg.cooldown_s
+            r.rebase_from = c.since_s if r.rebase_from is None else min(r.rebase_from, c.since_s)
+            r.streak, r.first_over = 0, None
+        return drift
+
+    def _since(self, metric: str, T: float) -> float:
+        """Estimated trace time the change began: a CUSUM scan over the records since before it showed."""
+        ref = self.refs[metric]
+        first = ref.first_over if ref.first_over is not None else T
+        span = self.cfg.rate_window_s if metric == "arrival_rate" else self.cfg.window_s
+        w = self.rows.window(max(first - span, ref.end), T)
+        if w.n < 2:
+            return first
+        if metric in LENGTHS:
+            column = "prompt" if metric == "prompt_tokens" else "output"
+            ref_sorted = np.sort(getattr(ref.data, column))
+            return float(w.t[change_point(ecdf_positions(ref_sorted, getattr(w, column)), 0.5)])
+        if metric == "prefix_hit_rate":
+            known, ref_known = w.hit_known(), ref.data.hit_known()
+            if known.sum() < 2 or not ref_known.any():
+                return first
+            fractions = w.hit[known] / np.maximum(w.prompt[known], 1)
+            baseline = float(np.mean(ref.data.hit[ref_known] / np.maximum(ref.data.prompt[ref_known], 1)))
+            return float(w.t[known][change_point(fractions, baseline)])
+        if metric == "arrival_rate":
+            seconds = max(int(w.end - w.start), 1)
+            counts = np.bincount(np.clip((w.t - w.start).astype(np.int64), 0, seconds - 1), minlength=seconds)
+            return float(w.start + change_point(counts.astype(float), ref.data.n / ref.data.duration))
+        return max(first - self.cfg.window_s / 2, w.start)

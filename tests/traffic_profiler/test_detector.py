@@ -1,0 +1,113 @@
+"""The detector on synthetic traffic: quiet when nothing moves, fires on shifts, deterministic."""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from proto.gen.polymorph.v1 import events_pb2 as ev
+from services.traffic_profiler.config import DetectorConfig
+from services.traffic_profiler.detector import DriftDetector
+from services.traffic_profiler.records import MalformedRecord, Record
+from services.traffic_profiler.synthetic import BASE, Decoration, decorate
+
+
+def stream(seconds: float, rate: float = 10.0, seed: int = 0, shift_at: float | None = None,
+           factor: float = 1.8) -> list[Record]:
+    """Poisson arrivals, log-normal prompts and outputs; prompts x factor after shift_at."""
+    rng = np.random.default_rng(seed)
+    t = np.cumsum(rng.exponential(1 / rate, int(seconds * rate * 1.1)))
+    t = t[t < seconds]
+    prompts = rng.lognormal(7.0, 1.0, t.size)
+    if shift_at is not None:
+        prompts[t >= shift_at] *= factor
+    outputs = rng.lognormal(4.5, 0.8, t.size)
+    return [Record(float(a), int(p) + 1, int(o) + 1) for a, p, o in zip(t, prompts, outputs, strict=True)]
+
+
+def run(records: list[Record], cfg: DetectorConfig | None = None) -> tuple[DriftDetector, list]:
+    detector = DriftDetector(cfg or DetectorConfig())
+    drifts = [d for r in records for d in detector.observe(r)]
+    return detector, drifts + detector.flush()
+
+
+def test_stationary_traffic_raises_no_alarm() -> None:
+    _, drifts = run(stream(3600, seed=1))
+    assert drifts == []
+
+
+def test_prompt_shift_is_reported_with_what_when_and_buckets() -> None:
+    _, drifts = run(stream(1800, seed=2, shift_at=1200))
+    assert drifts, "a +80% prompt shift must be detected"
+    first = drifts[0]
+    change = next(c for c in first.changes if c.metric == "prompt_tokens")
+    assert 1200 <= first.t_s <= 1200 + 120
+    assert 1140 <= change.since_s <= first.t_s
+    assert change.after / change.before == pytest.approx(1.8, rel=0.25)
+    assert change.ks >= 0.1 and change.psi >= 0.1
+    event = first.to_proto("llama-tiny")
+    assert event.current.buckets and event.reference.requests > 0
+    assert {b.phase for b in event.current.buckets} == {ev.PHASE_PREFILL, ev.PHASE_DECODE}
+    assert sum(b.weight for b in event.current.buckets) == pytest.approx(1.0)
+    # the prefill buckets follow the new prompt lengths
+    ref_ctx = max(b.context_len for b in event.reference.buckets if b.phase == ev.PHASE_PREFILL)
+    cur_ctx = max(b.context_len for b in event.current.buckets if b.phase == ev.PHASE_PREFILL)
+    assert cur_ctx > ref_ctx
+
+
+def test_drift_ids_are_deterministic_and_survive_a_snapshot() -> None:
+    records = stream(1800, seed=3, shift_at=1000)
+    _, drifts = run(records)
+    _, again = run(records)
+    assert [d.drift_id for d in drifts] == [d.drift_id for d in again] and drifts
+    # a detector pickled halfway (the service's snapshot) continues exactly as one that never stopped
+    half = DriftDetector()
+    first = [d for r in records[: len(records) // 2] for d in half.observe(r)]
+    resumed: DriftDetector = pickle.loads(pickle.dumps(half))
+    rest = [d for r in records[len(records) // 2:] for d in resumed.observe(r)] + resumed.flush()
+    assert [d.drift_id for d in first + rest] == [d.drift_id for d in drifts]
+
+
+def test_a_replayed_trace_starts_a_new_epoch_with_new_ids() -> None:
+    records = stream(1500, seed=4, shift_at=900)
+    detector = DriftDetector()
+    first = [d for r in records for d in detector.observe(r)]
+    second = [d for r in records for d in detector.observe(r)] + detector.flush()
+    assert detector.rewinds == 1 and detector.epoch == 1
+    assert first and second and not {d.drift_id for d in first} & {d.drift_id for d in second}
+
+
+def test_campaign_completion_rebases_every_reference() -> None:
+    detector = DriftDetector()
+    for r in stream(1200, seed=5):
+        detector.observe(r)
+    detector.request_rebase()
+    for r in stream(1300, seed=5)[-50:]:
+        detector.observe(replace(r, arrival_s=r.arrival_s))
+    cfg = detector.cfg
+    starts = {m: ref.start for m, ref in detector.refs.items()}
+    assert all(s >= 1200 - cfg.rate_reference_s - cfg.step_s for s in starts.values())
+    assert starts["prompt_tokens"] >= 1200 - cfg.reference_s - cfg.step_s
+
+
+def test_expert_skew_and_tag_mix_changes_are_detected() -> None:
+    base = stream(1500, seed=6)
+    skewed = decorate(base, BASE, replace(BASE, expert_skew=1.3), 900, seed=6)
+    _, drifts = run(skewed)
+    assert any("expert_load" in {c.metric for c in d.changes} and d.t_s <= 900 + 120 for d in drifts)
+    before, after = Decoration(eu_share=0.2, eu_factor=1.0), Decoration(eu_share=0.8, eu_factor=1.0)
+    mixed = decorate(base, before, after, 900, seed=6)
+    _, drifts = run(mixed)
+    tag_events = [d for d in drifts if "tag_mix" in {c.metric for c in d.changes}]
+    assert tag_events and 900 <= tag_events[0].t_s <= 900 + 120
+    assert tag_events[0].current.requests > 0
+
+
+def test_malformed_records_are_refused() -> None:
+    for bad in (ev.RequestRecord(arrival_s=1.0, prompt_tokens=-3), ev.RequestRecord(arrival_s=float("nan")),
+                ev.RequestRecord(arrival_s=1.0, prompt_tokens=5, expert_counts=[3, -1])):
+        with pytest.raises(MalformedRecord):
+            Record.from_proto(bad)
