@@ -7,14 +7,7 @@ import asyncio
 from proto.gen.polymorph.v1 import events_pb2 as ev
 from services.common import subjects
 from services.common.bus import Bus, Delivery, Poison
-
-
-async def _wait_for(predicate, timeout_s: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
+from tests.helpers import wait_for
 
 
 async def test_publish_consume_and_dedup(bus: Bus) -> None:
@@ -28,7 +21,7 @@ async def test_publish_consume_and_dedup(bus: Bus) -> None:
     # the same id again is a duplicate in the stream's window: never delivered twice
     assert not await bus.publish(subjects.CANDIDATES_PROPOSED, ev.Candidate(candidate_id="a"), msg_id="a")
     await bus.publish(subjects.CANDIDATES_PROPOSED, ev.Candidate(candidate_id="b"), msg_id="b")
-    await _wait_for(lambda: len(seen) == 2)
+    await wait_for(lambda: len(seen) == 2)
     await asyncio.sleep(0.3)
     assert seen == ["a", "b"]
 
@@ -46,7 +39,7 @@ async def test_retry_then_success_and_poison_terminated(bus: Bus) -> None:
     await bus.consume(subjects.CANDIDATES_PROPOSED, ev.Candidate, handler, durable="t2")
     await bus.publish(subjects.CANDIDATES_PROPOSED, ev.Candidate(candidate_id="flaky"))
     await bus.publish(subjects.CANDIDATES_PROPOSED, ev.Candidate(candidate_id="bad"))
-    await _wait_for(lambda: attempts.get("flaky") == 2, timeout_s=15)
+    await wait_for(lambda: attempts.get("flaky") == 2, timeout_s=15)
     await asyncio.sleep(1.5)
     assert attempts["bad"] == 1  # terminated, not redelivered
     info = await bus.js.consumer_info("LOOP", "t2")
@@ -62,7 +55,7 @@ async def test_malformed_payload_is_terminated(bus: Bus) -> None:
     await bus.consume(subjects.CANDIDATES_PROPOSED, ev.Candidate, handler, durable="t3")
     await bus.js.publish(subjects.CANDIDATES_PROPOSED, b"\xff\x00garbage")
     await bus.publish(subjects.CANDIDATES_PROPOSED, ev.Candidate(candidate_id="ok"))
-    await _wait_for(lambda: seen == ["ok"])
+    await wait_for(lambda: seen == ["ok"])
     await asyncio.sleep(0.5)
     info = await bus.js.consumer_info("LOOP", "t3")
     assert info.num_redelivered == 0 and info.num_ack_pending == 0

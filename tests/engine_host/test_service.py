@@ -16,16 +16,10 @@ from services.common.config import CommonSettings, Env
 from services.common.grpc_server import channel
 from services.engine_host.service import EngineHostService, build
 from tests.engine_host import candidates as C
+from tests.helpers import wait_for
 
 SHAPES = [ev.ShapeBucket(phase=ev.PHASE_DECODE, batch_size=2, context_len=33, weight=1.0)]
 
-
-async def wait_for(predicate, timeout_s: float = 60.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
 
 
 async def start_service(nats_url: str, data_dir: Path) -> tuple[EngineHostService, Bus]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 from proto.gen.polymorph.v1 import events_pb2 as ev
@@ -11,14 +10,7 @@ from services.common.bus import Bus, Delivery
 from services.traffic_profiler.config import ProfilerConfig
 from services.traffic_profiler.replay import replay_trace
 from services.traffic_profiler.service import TrafficProfiler
-
-
-async def _wait_for(predicate, timeout_s: float = 30.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
+from tests.helpers import wait_for
 
 
 async def test_replay_mooncake_fires_drift_with_buckets(nats_url: str, bus: Bus, traces_dir: Path,
@@ -35,8 +27,8 @@ async def test_replay_mooncake_fires_drift_with_buckets(nats_url: str, bus: Bus,
     try:
         stats = await replay_trace(nats_url, traces_dir / "mooncake_synthetic_trace.jsonl", 0, progress=False)
         assert stats.published == stats.records == 3993 and stats.malformed == 0
-        await _wait_for(lambda: profiler.detector.records == 3993)
-        await _wait_for(lambda: len(drifts) >= 1)
+        await wait_for(lambda: profiler.detector.records == 3993)
+        await wait_for(lambda: len(drifts) >= 1)
     finally:
         await profiler_bus.close()
         await profiler.stop()

@@ -14,14 +14,7 @@ from services.traffic_profiler.detector import DriftDetector
 from services.traffic_profiler.readers import read_trace
 from services.traffic_profiler.replay import replay_trace
 from services.traffic_profiler.service import TrafficProfiler
-
-
-async def _wait_for(predicate, timeout_s: float = 30.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
+from tests.helpers import wait_for
 
 
 async def _start(nats_url: str, state_dir: Path, **kw) -> tuple[TrafficProfiler, Bus]:
@@ -51,13 +44,13 @@ async def test_crash_and_restart_yield_the_same_drifts_exactly_once(nats_url: st
     # no periodic snapshots: after the "crash" the profiler rebuilds from its last one and the stream
     first, first_bus = await _start(nats_url, tmp_path / "state", snapshot_every_s=1e9)
     await _publish(bus, records[:half], 0)
-    await _wait_for(lambda: first.detector.records == half)
+    await wait_for(lambda: first.detector.records == half)
     await first_bus.close()  # crash: no stop(), no final snapshot
     second, second_bus = await _start(nats_url, tmp_path / "state", snapshot_every_s=1e9)
     assert second.detector.records == half  # snapshot + records read back from the stream
     await _publish(bus, records[half:], half)
-    await _wait_for(lambda: second.detector.records == len(records))
-    await _wait_for(lambda: len(seen) >= len(expected))
+    await wait_for(lambda: second.detector.records == len(records))
+    await wait_for(lambda: len(seen) >= len(expected))
     await asyncio.sleep(0.5)
     await second_bus.close()
     await second.stop()
@@ -71,7 +64,7 @@ async def test_malformed_records_are_counted_and_skipped(nats_url: str, bus: Bus
         await bus.js.publish(subjects.TRAFFIC_REQUESTS, b"\xff\xfe not protobuf")
         await bus.publish(subjects.TRAFFIC_REQUESTS, ev.RequestRecord(arrival_s=2.0, prompt_tokens=10,
                                                                       output_tokens=3))
-        await _wait_for(lambda: profiler.detector.records == 1)
+        await wait_for(lambda: profiler.detector.records == 1)
         assert profiler.state.malformed == 1
         await asyncio.sleep(0.5)
         info = await bus.js.consumer_info("TRAFFIC", "traffic-profiler")
@@ -87,7 +80,7 @@ async def test_completed_campaign_requests_a_rebase(nats_url: str, bus: Bus, tmp
         await bus.publish(subjects.CAMPAIGN_STARTED, ev.Campaign(campaign_id="c1", state=ev.CAMPAIGN_STATE_RUNNING))
         await bus.publish(subjects.CAMPAIGN_COMPLETED,
                           ev.Campaign(campaign_id="c1", state=ev.CAMPAIGN_STATE_COMPLETED), msg_id="c1:COMPLETED")
-        await _wait_for(lambda: profiler.detector.rebase_requested)
+        await wait_for(lambda: profiler.detector.rebase_requested)
     finally:
         await profiler_bus.close()
         await profiler.stop()
@@ -108,7 +101,7 @@ async def test_replay_counts_malformed_lines_and_keeps_going(nats_url: str, bus:
     stats = await replay_trace(nats_url, trace, 100.0, progress=False)  # paced: 0.49 s of trace in ~5 ms
     assert (stats.records, stats.malformed, stats.published, stats.failed) == (48, 2, 48, 0)
     assert len(stats.errors) == 2
-    await _wait_for(lambda: len(seen) == 48)
+    await wait_for(lambda: len(seen) == 48)
     assert seen[-1].arrival_s == 0.49 and seen[0].request_id == "t:0"
     again = await replay_trace(nats_url, trace, 0, limit=5, progress=False)  # a second run is not a duplicate
     assert again.published == 5 and again.duplicates == 0
