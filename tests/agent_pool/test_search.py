@@ -63,6 +63,18 @@ async def test_compile_variants_stay_within_their_allowance() -> None:
     assert sum(p.params["backend"] == "compile" for p in proposals) == 2
 
 
+async def test_when_no_eager_form_wins_the_best_one_is_compiled_next() -> None:
+    agent = SearchAgent(explore=0.0)
+    ctx = _ctx("rmsnorm", [], compile_left=1)
+    base = {"acc": "float32", "scale": "rsqrt", "weight": "after_cast", "out": "fresh", "backend": "torch"}
+    for form, speedup in (("pow_mean", 0.9), ("vector_norm", 0.97), ("einsum", 0.5)):
+        ctx.trials.append(_trial(ctx, {**base, "form": form}, OK, speedup))
+    first, second = await agent.propose(ctx, 2)
+    assert first.params == {**base, "form": "vector_norm", "backend": "compile"}
+    assert first.parent_id == ctx.trials[1].candidate_id
+    assert second.params["backend"] == "torch"  # the allowance is spent
+
+
 async def test_triton_joins_the_space_only_on_gpu_engines(bus: Bus) -> None:
     assert not await triton_enabled(bus, "auto", "llama-tiny", 0.5)  # no engine answers: CPU assumed
     assert await triton_enabled(bus, "on", "llama-tiny", 0.5)

@@ -6,8 +6,9 @@ a fast configuration come first), and cut by FAIL_FACTOR for every choice that h
 Board notes from other agents and campaigns count as weaker evidence (NOTE_WEIGHT). With probability
 `explore`, or while nothing has beaten the incumbent yet, the agent explores instead: it picks the torch
 configuration whose choices have been tried least. Compiled variants are never explored blindly
-(a cold compile costs tens of seconds): they appear as neighbours of configurations that worked, and
-only while the campaign's compile allowance lasts.
+(a cold compile costs tens of seconds): they appear as neighbours of configurations that worked, or,
+when no eager configuration has beaten the incumbent after a few tries, as the compiled twin of the
+best one; only while the campaign's compile allowance lasts.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from services.agent_pool.library import Config
 DECAY = 0.8
 NOTE_WEIGHT = 0.6
 FAIL_FACTOR = 0.3
+MIN_EAGER_BEFORE_COMPILE = 3
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,10 @@ class SearchAgent:
             if not allowed:
                 break
             explore = not positives or rng.random() < self.explore
-            if explore:
+            twin = self._compile_twin(ctx, allowed) if not positives and compile_left > 0 else None
+            if twin is not None:
+                config, parent = twin
+            elif explore:
                 config, parent = self._explore(allowed, usage, failed, rng), ""
             else:
                 config, parent = self._exploit(allowed, positives, failed, rng)
@@ -72,6 +77,23 @@ class SearchAgent:
             compile_left -= config.backend == "compile"
             out.append(Proposal(ctx.slot, ctx.stamp(config.source), params, self.name, parent))
         return out
+
+    @staticmethod
+    def _compile_twin(ctx: SlotContext, allowed: list[Config]) -> tuple[Config, str] | None:
+        """Once eager formulations alone have not beaten the incumbent, fuse the best of them.
+
+        On hardware where every eager op is a separate pass over memory, no rewrite of the op
+        sequence wins; compiling the fastest one into a single kernel might. Worth one (costly) try.
+        """
+        measured = [t for t in ctx.trials if t.ok and t.params.get("backend") != "compile"]
+        if len(measured) < MIN_EAGER_BEFORE_COMPILE:
+            return None
+        best = max(measured, key=lambda t: t.speedup)
+        want = {**best.params, "backend": "compile"}
+        for config in allowed:
+            if config.backend == "compile" and config.param_dict == want:
+                return config, best.candidate_id
+        return None
 
     def _evidence(self, ctx: SlotContext) -> list[Evidence]:
         evidence = [
