@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/drift_eval.py [--quick] [--traces DIR]
 
-Writes benchmarks/results/drift.json and benchmarks/drift_section.md (rows for BENCHMARKS.md):
+Writes benchmarks/results/drift.json and its section of BENCHMARKS.md:
 1. the shared real traces: every detected change with its trace time and what moved;
 2. synthetic shifts injected at t0 = 900 s into stationary streams (a block bootstrap of 60 s blocks
    of a stationary stretch of each trace, so the trace's own rate and burstiness are kept):
@@ -30,6 +30,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.markdown import update_section  # noqa: E402
 from services.traffic_profiler.config import DetectorConfig  # noqa: E402
 from services.traffic_profiler.detector import DriftDetector  # noqa: E402
 from services.traffic_profiler.offline import profile_trace  # noqa: E402
@@ -210,7 +211,7 @@ def main() -> int:
         if args.throughput_only:
             result["throughput"] = throughput(args.traces)
             stored.write_text(json.dumps(result, indent=1, default=str) + "\n")
-        (REPO / "benchmarks" / "drift_section.md").write_text(markdown(result))
+        update_section("drift", markdown(result))
         return 0
     if not args.traces.is_dir():
         print(f"shared traces not found at {args.traces}", file=sys.stderr)
@@ -235,8 +236,8 @@ def main() -> int:
     result["seconds"] = round(time.time() - started, 1)
     out = REPO / "benchmarks" / "results" / "drift.json"
     out.write_text(json.dumps(result, indent=1, default=str) + "\n")
-    (REPO / "benchmarks" / "drift_section.md").write_text(markdown(result))
-    print(f"wrote {out} and benchmarks/drift_section.md in {result['seconds']} s")
+    update_section("drift", markdown(result))
+    print(f"wrote {out} and the drift section of BENCHMARKS.md in {result['seconds']} s")
     return 0
 
 
