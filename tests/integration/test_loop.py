@@ -17,6 +17,13 @@ from tests.integration.conftest import wait_ready
 pytestmark = pytest.mark.timeout(600)
 
 
+# The shapes a long-prompt phase (like the Mooncake trace's second half) asks engines to time at.
+LONG_PROMPTS = ev.TrafficProfile(buckets=[
+    ev.ShapeBucket(phase=ev.PHASE_PREFILL, batch_size=4, context_len=1024, weight=0.3),
+    ev.ShapeBucket(phase=ev.PHASE_DECODE, batch_size=22, context_len=512, weight=0.7),
+])
+
+
 def polymorph(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "services.cli", *args], capture_output=True, text=True,
                           timeout=120)
@@ -31,9 +38,8 @@ async def test_promotion_reaches_subscribers_and_sql(stack) -> None:
         await promoted.put(ev.KernelPromoted.FromString(msg.data))
 
     await nc.subscribe(subjects.KERNEL_PROMOTED, cb=on_promoted)
-    campaign = await client.start_campaign(
-        stack.nats_url, ev.StartCampaignRequest(model="llama-tiny", slots=["rmsnorm", "add_rmsnorm"], budget=24)
-    )
+    campaign = await client.start_campaign(stack.nats_url, ev.StartCampaignRequest(
+        model="llama-tiny", slots=["rmsnorm", "add_rmsnorm"], budget=24, profile=LONG_PROMPTS))
     assert campaign.campaign_id
     first = await asyncio.wait_for(promoted.get(), timeout=400)
     await nc.close()
