@@ -91,10 +91,17 @@ def cmd_status(args: argparse.Namespace) -> int:
     return asyncio.run(run_status(_nats_url(args), watch=args.watch))
 
 
+def _column_mapping(args: argparse.Namespace):
+    from services.traffic_profiler.readers import ColumnMapping
+
+    return ColumnMapping.parse(args.columns) if args.columns else None
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from services.traffic_profiler.replay import replay_trace
 
-    stats = asyncio.run(replay_trace(_nats_url(args), args.trace, args.speed, limit=args.limit, progress=True))
+    stats = asyncio.run(replay_trace(_nats_url(args), args.trace, args.speed, limit=args.limit, progress=True,
+                                     mapping=_column_mapping(args)))
     print(stats)
     return 0
 
@@ -102,7 +109,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_profile(args: argparse.Namespace) -> int:
     from services.traffic_profiler.report import profile_command
 
-    return profile_command(args.trace, json_out=args.json, plot=args.plot)
+    return profile_command(args.trace, json_out=args.json, plot=args.plot, mapping=_column_mapping(args))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -148,12 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("trace", type=Path)
     replay.add_argument("--speed", type=float, default=1.0, help="x real time; 0 = as fast as possible")
     replay.add_argument("--limit", type=int, default=None)
+    replay.add_argument("--columns", help="generic CSV/JSONL mapping, e.g. arrival=ts:ms,prompt=in,output=out")
     replay.set_defaults(func=cmd_replay)
 
     profile = sub.add_parser("profile", help="windows and detected changes of a trace file")
     profile.add_argument("trace", type=Path)
     profile.add_argument("--json", action="store_true", help="print one JSON object")
     profile.add_argument("--plot", type=Path, default=None, help="PNG of the windowed statistics")
+    profile.add_argument("--columns", help="generic CSV/JSONL mapping, e.g. arrival=ts:ms,prompt=in,output=out")
     profile.set_defaults(func=cmd_profile)
     return parser
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import nats
 
 from proto.gen.polymorph.v1 import events_pb2 as ev
@@ -14,10 +16,18 @@ class StackUnavailable(RuntimeError):
 
 
 async def _request(url: str, subject: str, payload: bytes, timeout_s: float) -> bytes:
+    async def quiet(_exc: Exception) -> None:  # the failure is reported once, below
+        return None
+
     try:
-        nc = await nats.connect(url, connect_timeout=3, max_reconnect_attempts=0, allow_reconnect=False)
+        nc = await asyncio.wait_for(
+            nats.connect(url, connect_timeout=3, max_reconnect_attempts=0, allow_reconnect=False,
+                         error_cb=quiet),
+            timeout=5,
+        )
     except Exception as exc:
-        raise StackUnavailable(f"cannot reach NATS at {url} ({exc}); is `polymorph up` running?") from exc
+        reason = type(exc).__name__
+        raise StackUnavailable(f"cannot reach NATS at {url} ({reason}); is `polymorph up` running?") from exc
     try:
         reply = await nc.request(subject, payload, timeout=timeout_s)
     except nats.errors.NoRespondersError as exc:
