@@ -1,13 +1,21 @@
 """One comparison per metric between the reference window and the current one.
 
-A length distribution counts as moved only when the effect is large (KS distance >= ks_min AND
-PSI >= psi_min) and the KS p-value is small; on big windows p-values alone flag everything.
+A length distribution counts as moved when either
+- its shape moved: the effect is large (KS distance >= ks_min AND PSI >= psi_min) and the
+  burst-adjusted KS/PSI p-value is small (on big windows p-values alone flag everything); or
+- its location moved (the common case: prompts grow by a factor): the geometric means differ by at
+  least loc_ratio_min (an effect-size floor) and the difference of mean log lengths is significant
+  with a burst-adjusted standard error (Welch's z divided by its measured design effect, noise.py).
+  A multiplicative shift moves every log length by the same amount, so this test has far more
+  power than KS on a few minutes of heavy-tailed, bursty traffic. Prompts only: real output lengths
+  switch between regimes minute to minute (azure conv), which the shape tests judge better.
 Rates and hit rates use effect sizes directly (bursty traffic makes count tests overconfident),
 and the detector adds persistence on top of every check.
 """
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 
@@ -15,8 +23,8 @@ import numpy as np
 from scipy import stats as sps
 
 from services.traffic_profiler.config import DetectorConfig
-from services.traffic_profiler.noise import ks_pvalue, ks_ratio, psi_pvalue, psi_ratio
-from services.traffic_profiler.stats import category_psi, ks, log_histogram, psi
+from services.traffic_profiler.noise import ks_pvalue, ks_ratio, psi_pvalue, psi_ratio, z_pvalue
+from services.traffic_profiler.stats import category_psi, ks_sorted, log_histogram, psi
 from services.traffic_profiler.window import WindowData
 
 METRICS = ("prompt_tokens", "output_tokens", "arrival_rate", "prefix_hit_rate", "expert_load", "tag_mix")
@@ -34,32 +42,87 @@ class Check:
     pvalue: float = 1.0
     ks_ratio: float = 0.0     # statistics relative to independent samples (noise.py), for phi
     psi_ratio: float = 0.0
+    z_ratio: float = 0.0      # |Welch z| of the mean log lengths, for the location test's phi
+    ratio: float = 1.0        # geometric-mean ratio current / reference (length metrics)
 
 
-def length_check(metric: str, ref: np.ndarray, cur: np.ndarray, phi: tuple[float, float],
+def log_moments(values: np.ndarray) -> tuple[float, float, int]:
+    """Mean and variance (ddof 1) of log(1 + length), and the count."""
+    x = np.log1p(values.astype(float))
+    return float(x.mean()), float(x.var(ddof=1)) if x.size > 1 else 0.0, int(x.size)
+
+
+def log_location(ref: tuple[float, float, int], cur: tuple[float, float, int]) -> tuple[float, float]:
+    """Difference of mean log(1 + length), current - reference, and its Welch z (independent samples)."""
+    d = cur[0] - ref[0]
+    se = math.sqrt(ref[1] / ref[2] + cur[1] / cur[2])
+    return d, (d / se if se > 0 else (0.0 if d == 0 else math.copysign(math.inf, d)))
+
+
+def _column_stats(w: WindowData, column: str) -> tuple[np.ndarray, np.ndarray, tuple[float, float, int]]:
+    """Sorted values, octave histogram and log moments of a column, computed once per window."""
+    def compute() -> tuple[np.ndarray, np.ndarray, tuple[float, float, int]]:
+        values = getattr(w, column)
+        return np.sort(values), log_histogram(values), log_moments(values)
+    return w.derived(column, compute)
+
+
+def length_check(metric: str, ref_w: WindowData, cur_w: WindowData, phi: tuple[float, float, float],
                  cfg: DetectorConfig) -> Check | None:
-    """KS and PSI on octave bins, each with its burst-adjusted p-value; phi = (KS, PSI) design effects."""
-    if ref.size < cfg.min_records or cur.size < cfg.min_records:
+    """Shape (KS and PSI on octave bins) and location (mean log length) tests, each with its
+    burst-adjusted p-value; phi = (KS, PSI, location) design effects."""
+    column = "prompt" if metric == "prompt_tokens" else "output"
+    n, m = ref_w.n, cur_w.n
+    if n < cfg.min_records or m < cfg.min_records:
         return None
-    n, m = ref.size, cur.size
-    d = ks(ref, cur)
-    h_ref, h_cur = log_histogram(ref), log_histogram(cur)
+    (ref, h_ref, ref_log), (cur, h_cur, cur_log) = _column_stats(ref_w, column), _column_stats(cur_w, column)
+    d = ks_sorted(ref, cur)
     df = int(np.count_nonzero(h_ref + h_cur)) - 1
     index = psi(h_ref, h_cur)
     p = min(1.0, 2 * min(ks_pvalue(d, n, m, phi[0]), psi_pvalue(index, n, m, df, phi[1])))  # Bonferroni
     big = d >= cfg.ks_min and index >= cfg.psi_min
-    return Check(metric, float(np.median(ref)), float(np.median(cur)), big and p <= cfg.p_max,
-                 big and p <= cfg.p_moved, d, index, p, ks_ratio(d, n, m), psi_ratio(index, n, m, df))
+    shift, z = log_location(ref_log, cur_log)
+    p_loc = z_pvalue(z, phi[2]) if cfg.loc_p_max > 0 and metric == "prompt_tokens" else 1.0
+    far = abs(shift) >= math.log(cfg.loc_ratio_min)
+    over = (big and p <= cfg.p_max) or (far and p_loc <= cfg.loc_p_max)
+    moved = (big and p <= cfg.p_moved) or (far and p_loc <= cfg.loc_p_moved)
+    return Check(metric, _median(ref), _median(cur), over, moved, d, index, min(p, p_loc),
+                 ks_ratio(d, n, m), psi_ratio(index, n, m, df), min(abs(z), 1e6), math.exp(shift))
 
 
-def hit_rate_check(ref: WindowData, cur: WindowData, cfg: DetectorConfig) -> Check | None:
-    if ref.hit_known().sum() < cfg.min_records or cur.hit_known().sum() < cfg.min_records:
+def _median(sorted_values: np.ndarray) -> float:
+    n = sorted_values.size
+    return float(sorted_values[n // 2] if n % 2 else (sorted_values[n // 2 - 1] + sorted_values[n // 2]) / 2)
+
+
+def _hits(w: WindowData) -> tuple[int, float | None, float]:
+    """Records with a known hit, the token hit rate R = sum(hit) / sum(prompt), and the variance of R
+    (ratio estimator: sum((hit_i - R prompt_i)^2) / sum(prompt)^2, independent requests)."""
+    def compute() -> tuple[int, float | None, float]:
+        known = w.hit_known()
+        hit, prompt = w.hit[known], w.prompt[known].astype(float)
+        total = prompt.sum()
+        if not known.any() or total <= 0:
+            return int(known.sum()), None, math.inf
+        rate = float(hit.sum() / total)
+        return int(known.sum()), rate, float(np.sum((hit - rate * prompt) ** 2) / total**2)
+    return w.derived("hits", compute)
+
+
+def hit_rate_check(ref: WindowData, cur: WindowData, phi: float, cfg: DetectorConfig) -> Check | None:
+    """The token hit rate moved by at least hit_delta_min, and significantly: its z (ratio-estimator
+    standard errors) divided by the measured design effect phi, against hit_p_max. A few huge prompts
+    carry most tokens of a bursty window, so a fixed delta alone fires on noise."""
+    (ref_known, before, ref_var), (cur_known, after, cur_var) = _hits(ref), _hits(cur)
+    if ref_known < cfg.min_records or cur_known < cfg.min_records or before is None or after is None:
         return None
-    before, after = ref.hit_rate(), cur.hit_rate()
-    if before is None or after is None:
-        return None
-    delta = abs(after - before)
-    return Check("prefix_hit_rate", before, after, delta >= cfg.hit_delta_min, delta >= cfg.hit_delta_min / 2)
+    delta = after - before
+    se = math.sqrt(ref_var + cur_var)
+    z = delta / se if se > 0 else (0.0 if delta == 0 else math.inf)
+    p = z_pvalue(z, phi)
+    far = abs(delta) >= cfg.hit_delta_min
+    return Check("prefix_hit_rate", before, after, far and p <= cfg.hit_p_max,
+                 abs(delta) >= cfg.hit_delta_min / 2 and p <= cfg.hit_p_moved, pvalue=p, z_ratio=min(abs(z), 1e6))
 
 
 def _per_minute(w: WindowData) -> np.ndarray:
@@ -101,14 +164,18 @@ def expert_check(ref: WindowData, cur: WindowData, cfg: DetectorConfig) -> Check
                  psi=index)
 
 
+def _tag_counts(w: WindowData) -> dict[str, float]:
+    def compute() -> dict[str, float]:
+        tags, counts = np.unique(w.tags.astype(str), return_counts=True)
+        return dict(zip(tags.tolist(), counts.astype(float).tolist(), strict=True))
+    return w.derived("tags", compute)
+
+
 def tag_mix_check(ref: WindowData, cur: WindowData, cfg: DetectorConfig) -> Check | None:
     """The mix of tags (regions, tenants) moved; summary value: share of the tag that moved most."""
     if ref.n < cfg.min_records or cur.n < cfg.min_records:
         return None
-    ref_tags, ref_counts = np.unique(ref.tags.astype(str), return_counts=True)
-    cur_tags, cur_counts = np.unique(cur.tags.astype(str), return_counts=True)
-    before = dict(zip(ref_tags.tolist(), ref_counts.astype(float).tolist(), strict=True))
-    after = dict(zip(cur_tags.tolist(), cur_counts.astype(float).tolist(), strict=True))
+    before, after = _tag_counts(ref), _tag_counts(cur)
     keys = sorted(set(before) | set(after))
     if len(keys) < 2:
         return None
@@ -123,17 +190,15 @@ def tag_mix_check(ref: WindowData, cur: WindowData, cfg: DetectorConfig) -> Chec
                  pvalue=pvalue)
 
 
-def check(metric: str, ref: WindowData, cur: WindowData, phi: tuple[float, float],
+def check(metric: str, ref: WindowData, cur: WindowData, phi: tuple[float, float, float],
           cfg: DetectorConfig) -> Check | None:
-    """Compare one metric; phi = the (KS, PSI) design effects (length metrics only)."""
-    if metric == "prompt_tokens":
-        return length_check(metric, ref.prompt, cur.prompt, phi, cfg)
-    if metric == "output_tokens":
-        return length_check(metric, ref.output, cur.output, phi, cfg)
+    """Compare one metric; phi = the (KS, PSI, location) design effects (the hit rate uses the third)."""
+    if metric in ("prompt_tokens", "output_tokens"):
+        return length_check(metric, ref, cur, phi, cfg)
     if metric == "arrival_rate":
         return rate_check(ref, cur, cfg)
     if metric == "prefix_hit_rate":
-        return hit_rate_check(ref, cur, cfg)
+        return hit_rate_check(ref, cur, phi[2], cfg)
     if metric == "expert_load":
         return expert_check(ref, cur, cfg)
     if metric == "tag_mix":

@@ -17,27 +17,36 @@ class DetectorConfig:
     window_s: float = 60.0          # current window: records with arrival in (t - window_s, t]
     long_window_s: float = 300.0    # a second, longer window for smaller sustained shifts (0: off)
     step_s: float = 10.0            # evaluate every step_s of trace time (ticks at multiples of it)
-    reference_s: float = 300.0      # the reference grows (while quiet) up to this much traffic
+    reference_s: float = 900.0      # the reference grows (while quiet) up to this much traffic (15 min: a
+    #                                 few minutes of bursty traffic are too noisy a baseline for location)
     min_records: int = 30           # fewer records in a window: distributions are not compared
     persistence: int = 3            # consecutive ticks over threshold before firing
     cooldown_s: float = 120.0       # no new event for this long after one; then the reference re-bases
-    ks_min: float = 0.1             # KS distance a length distribution must move by ...
+    ks_min: float = 0.15            # KS distance a length distribution must move by ...
     psi_min: float = 0.1            # ... and its population stability index ...
-    p_max: float = 1e-6             # ... with a burst-adjusted p-value (KS or PSI) below this (noise.py)
+    p_max: float = 1e-8             # ... with a burst-adjusted p-value (KS or PSI) below this (noise.py)
     p_moved: float = 1e-5           # a metric this significant is listed in an event it did not fire
-    phi_default: float = 1.5        # KS design effect until phi_history_ticks have measured it (noise.py)
+    loc_ratio_min: float = 1.25     # location test: geometric means must differ by this factor ...
+    loc_p_max: float = 3e-4         # ... with a burst-adjusted p-value below this (0: test off)
+    loc_p_moved: float = 3e-3       # ... or this, to be listed in an event another metric fired
+    phi_default: float = 1.5        # design effect before it is measured (length tests wait for it: noise.py)
     phi_max: float = 4.0
     phi_history_ticks: int = 360    # quiet ticks whose KS ratios give the measured design effect
     phi_quantile: float = 0.5       # ... read off this quantile of their ratios (noise.py)
     rate_window_s: float = 600.0    # arrival rate is compared over this longer window (bursty traffic)
-    rate_reference_s: float = 900.0  # ... against a reference of up to this much traffic
-    rate_ratio_min: float = 2.0     # rate change factor that counts as drift (either direction) ...
+    rate_reference_s: float = 1800.0  # ... against a reference of up to this much traffic (30 min: minutes
+    #                                  of idle or burst in a bursty trace must not make the baseline)
+    rate_ratio_min: float = 3.0     # rate change factor that counts as drift (either direction) ...
     rate_p_max: float = 0.05        # ... if also significant against per-minute variability (checks.py)
     rate_persistence_s: float = 120.0  # ... and sustained this long (minutes of bursts are not drift)
-    hit_delta_min: float = 0.1      # absolute change of the prefix-cache token hit rate
+    hit_delta_min: float = 0.1      # absolute change of the prefix-cache token hit rate ...
+    hit_p_max: float = 1e-4         # ... with a burst-adjusted p-value below this (checks.py)
+    hit_p_moved: float = 1e-2       # ... or this, to be listed in an event another metric fired
     expert_psi_min: float = 0.05    # PSI of the per-expert token shares
     tag_psi_min: float = 0.25       # PSI of the tag (region, tenant) mix
     cache_blocks: int = 1_000_000   # simulated prefix-cache capacity (LRU blocks), 0 = unbounded
+    cache_warmup_s: float = 360.0   # a simulated cache is cold for at least this much trace time, and
+    #                                 until its hit rate's own trend flattens (detector.py, "warm-up"); 0: off
     block_tokens: int = 512         # tokens per prompt block hash
     decode_tps: float = 40.0        # assumed decode speed per request (tokens/s), for Little's law
     prefill_tps: float = 8000.0     # assumed prefill throughput (tokens/s), for Little's law

@@ -16,6 +16,15 @@ Timeline (all in trace time, i.e. the records' arrival_s):
   change began (the new regime), so one change is reported once, while the other metrics keep
   comparing with the traffic before; a completed campaign (`request_rebase`) re-bases them all;
 - a record more than max_lateness_s behind the newest (a trace replayed again) starts a new epoch.
+
+Warm-up of a simulated prefix cache (records with block hashes and no cached_tokens): the cache
+starts empty, so its hit rate climbs for minutes whatever the traffic does. That is not drift, so
+prefix_hit_rate is not compared (its reference stays empty) until the cache is warm: at least
+cache_warmup_s of trace time since the first hashed record, AND the hit rate's own trend has
+flattened, i.e. the hit rates of the last two window_s windows differ by less than hit_delta_min / 2
+(cache_warmup_s = 0 turns the rule off).
+Once warm, the reference starts there and the usual rules apply. Reported hit rates (profiles) are
+never hidden; only the comparison waits. Hit rates reported by the records themselves need no warm-up.
 """
 
 from __future__ import annotations
@@ -29,7 +38,7 @@ import numpy as np
 from proto.gen.polymorph.v1 import events_pb2 as ev
 from services.traffic_profiler.checks import METRICS, Check, check
 from services.traffic_profiler.config import DetectorConfig
-from services.traffic_profiler.noise import ks_effect, psi_effect
+from services.traffic_profiler.noise import ks_effect, psi_effect, z_effect
 from services.traffic_profiler.prefix_cache import PrefixCache
 from services.traffic_profiler.profile import Profile, build_profile
 from services.traffic_profiler.records import Record
@@ -37,6 +46,7 @@ from services.traffic_profiler.stats import change_point, ecdf_positions
 from services.traffic_profiler.window import RowStore, WindowData, concat, empty
 
 LENGTHS = ("prompt_tokens", "output_tokens")
+GROW_STEP_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -117,9 +127,11 @@ class DriftDetector:
         self.next_tick: float | None = None
         self.refs: dict[str, Reference] = {}
         h, d, cap, q = cfg.phi_history_ticks, cfg.phi_default, cfg.phi_max, cfg.phi_quantile
-        self.noise = {(m, w): (ks_effect(h, d, cap, q), psi_effect(h, d, cap, q))
-                      for m in LENGTHS for w in self._scales()}
+        self.noise = {(m, w): (ks_effect(h, d, cap, q), psi_effect(h, d, cap, q), z_effect(h, d, cap, q))
+                      for m in (*LENGTHS, "prefix_hit_rate") for w in self._scales()}
         self.rebase_requested = False
+        self.sim_since: float | None = None    # first record whose hit came from the simulated cache
+        self.cache_warm = False
 
     def _scales(self) -> list[float]:
         long = self.cfg.long_window_s
@@ -137,6 +149,8 @@ class DriftDetector:
             hit = float(min(record.cached_tokens, record.prompt_tokens))
         elif record.block_hashes:
             hit = float(self.cache.hit_tokens(record.block_hashes, record.prompt_tokens))
+            if self.sim_since is None:
+                self.sim_since = t
         else:
             hit = math.nan
         if self.next_tick is None:
@@ -183,6 +197,8 @@ class DriftDetector:
             if self.rebase_requested or (ref.rebase_at is not None and ref.rebase_at <= T):
                 self._rebase(metric, ref, T)
         self.rebase_requested = False
+        if not self._cache_warm(T):  # nothing to compare yet: the hit-rate reference starts once warm
+            self.refs["prefix_hit_rate"] = Reference(T, T, empty(T))
         checks = {m: c for m in METRICS if (c := self._check(m, T)) is not None}
         for metric, ref in self.refs.items():
             c = checks.get(metric)
@@ -199,6 +215,17 @@ class DriftDetector:
             self.ticks.append(Tick(T, build_profile(cur, cfg, with_buckets=False), tuple(checks.values()), drift))
         return drift
 
+    def _cache_warm(self, T: float) -> bool:
+        """Whether simulated hit rates may be compared yet (module docstring, "warm-up")."""
+        if self.cache_warm or self.sim_since is None or self.cfg.cache_warmup_s <= 0:
+            return True
+        w = self.cfg.window_s
+        if T - self.sim_since < max(self.cfg.cache_warmup_s, 2 * w):
+            return False
+        before, now = self.rows.window(T - 2 * w, T - w).hit_rate(), self.rows.window(T - w, T).hit_rate()
+        self.cache_warm = before is not None and now is not None and abs(now - before) < self.cfg.hit_delta_min / 2
+        return self.cache_warm
+
     def _persistence(self, metric: str) -> int:
         if metric == "arrival_rate":
             return max(self.cfg.persistence, math.ceil(self.cfg.rate_persistence_s / self.cfg.step_s))
@@ -214,12 +241,18 @@ class DriftDetector:
         for scale in scales:
             cur = self.rows.window(max(T - scale, ref.end), T)
             noise = self.noise.get((metric, scale))
-            c = check(metric, ref.data, cur, (noise[0].phi, noise[1].phi) if noise else (1.0, 1.0), self.cfg)
+            # a length test waits until its design effect is measured: a default cannot know how bursty
+            # this traffic is, and an alarm in the first minutes would rest on a guess
+            # (the hit rate's shift is its own effect size and a cache warms late: it starts on the default)
+            phi = tuple(e.phi if e.measured or metric == "prefix_hit_rate" else math.inf for e in noise) \
+                if noise else (1.0, 1.0, 1.0)
+            c = check(metric, ref.data, cur, phi, self.cfg)
             if c is None:
                 continue
             if noise is not None and not c.over:
                 noise[0].add(c.ks_ratio)
                 noise[1].add(c.psi_ratio)
+                noise[2].add(c.z_ratio)
             if best is None or (c.over, c.moved, -c.pvalue) > (best.over, best.moved, -best.pvalue):
                 best = c
         return best
@@ -228,8 +261,11 @@ class DriftDetector:
         return self.cfg.rate_reference_s if metric == "arrival_rate" else self.cfg.reference_s
 
     def _grow(self, metric: str, ref: Reference, T: float) -> None:
+        # in steps of GROW_STEP_S, not every tick: the reference's derived values (sorted lengths,
+        # histograms, tag counts) are then computed once per step rather than at every tick
         target = min(T - self.cfg.window_s, ref.start + self._span(metric))
-        if target > ref.end and ref.rebase_at is None:
+        step = min(GROW_STEP_S, ref.start + self._span(metric) - ref.end)
+        if target - ref.end >= step and target > ref.end and ref.rebase_at is None:
             ref.data = concat(ref.data, self.rows.window(ref.end, target))
             ref.end = target
 
@@ -244,7 +280,7 @@ class DriftDetector:
         ref.streak, ref.first_over = 0, None
 
     def _fire(self, T: float, driver: str, moved: list[Check]) -> Drift:
-        changes = tuple(Change(c.metric, c.before, c.after, c.ks, c.psi, self._since(c.metric, T)) for c in moved)
+        changes = tuple(self._change(c, T) for c in moved)
         ref = self.refs[driver]
         metrics = ",".join(sorted(c.metric for c in changes))
         key = f"{self.epoch}|{ref.start:.3f}|{ref.end:.3f}|{T:.3f}|{metrics}"
@@ -261,6 +297,18 @@ class DriftDetector:
             r.rebase_from = c.since_s if r.rebase_from is None else min(r.rebase_from, c.since_s)
             r.streak, r.first_over = 0, None
         return drift
+
+    def _change(self, c: Check, T: float) -> Change:
+        """The change as reported: `after` describes the traffic since the change began (when enough of
+        it is known), not the whole current window, which may still hold traffic from before."""
+        since = self._since(c.metric, T)
+        after = c.after
+        new = self.rows.window(since - 1e-9, T)
+        if c.metric in LENGTHS and new.n >= self.cfg.min_records:
+            after = float(np.median(new.prompt if c.metric == "prompt_tokens" else new.output))
+        elif c.metric == "prefix_hit_rate" and new.hit_known().sum() >= self.cfg.min_records:
+            after = new.hit_rate() or after
+        return Change(c.metric, c.before, after, c.ks, c.psi, since)
 
     def _since(self, metric: str, T: float) -> float:
         """Estimated trace time the change began: a CUSUM scan over the records since before it showed."""

@@ -11,7 +11,9 @@ independent samples of the same sizes would give:
 Their scale phi^2 (about 1 for independent requests, larger for clustered ones) makes each test
 cluster-robust: the KS p-value uses effective sample sizes n / phi^2, the PSI one the statistic
 PSI * n_h / phi^2 against chi2(df). A drift has to stand out from the traffic's usual
-window-to-window wander, whatever its burstiness. The scale is read off the lower quartile of the
+window-to-window wander, whatever its burstiness. The location test (difference of mean log lengths,
+checks.py) is treated the same way: z / phi against the normal law, phi from its quiet |z| values.
+The scale is read off a quantile (phi_quantile) of the
 ratios (divided by the same quartile for independent samples), so a slow drift that has not fired
 yet, which inflates the upper ratios, barely raises its own threshold.
 """
@@ -25,7 +27,7 @@ import numpy as np
 from scipy import special, stats
 
 KOLMOGOROV_MEDIAN = float(special.kolmogi(0.5))
-MIN_HISTORY = 12   # ticks before the measured scale replaces the default
+MIN_HISTORY = 30   # quiet ticks (5 min at 10 s) before the scale is measured and length tests may fire
 REFRESH_EVERY = 6  # new ratios before the quantile is recomputed
 PSI_DF = 10        # typical degrees of freedom of the octave-bin PSI (8-14 occupied bins)
 
@@ -43,14 +45,23 @@ def psi_ratio(index: float, n: int, m: int, df: int) -> float:
     return index * n * m / (n + m) / _chi2_median(max(df, 1))
 
 
+def z_pvalue(z: float, phi: float) -> float:
+    """Two-sided normal p-value of a z statistic whose spread is phi times the independent one."""
+    return float(2 * special.ndtr(-abs(z) / phi))
+
+
 def ks_pvalue(d: float, n: int, m: int, phi: float) -> float:
-    """Asymptotic two-sample KS p-value with effective sizes n / phi^2 and m / phi^2."""
+    """Asymptotic two-sample KS p-value with effective sizes n / phi^2 and m / phi^2 (phi = inf: 1)."""
+    if not np.isfinite(phi):
+        return 1.0
     ne, me = n / phi**2, m / phi**2
     return float(special.kolmogorov(d * np.sqrt(ne * me / (ne + me))))
 
 
 def psi_pvalue(index: float, n: int, m: int, df: int, phi: float) -> float:
-    """PSI as a chi-square statistic with effective sizes n / phi^2 and m / phi^2."""
+    """PSI as a chi-square statistic with effective sizes n / phi^2 and m / phi^2 (phi = inf: 1)."""
+    if not np.isfinite(phi):
+        return 1.0
     return float(special.chdtrc(max(df, 1), index * n * m / (n + m) / phi**2))
 
 
@@ -74,6 +85,10 @@ class DesignEffect:
         self._stale += 1
 
     @property
+    def measured(self) -> bool:
+        return len(self.ratios) >= MIN_HISTORY
+
+    @property
     def phi(self) -> float:
         if len(self.ratios) < MIN_HISTORY:
             return self.default
@@ -86,6 +101,12 @@ class DesignEffect:
 
 def ks_effect(history: int, default: float, cap: float, quantile: float) -> DesignEffect:
     iid = float(special.kolmogi(1 - quantile)) / KOLMOGOROV_MEDIAN
+    return DesignEffect(history, default, cap, quantile, iid, squared=False)
+
+
+def z_effect(history: int, default: float, cap: float, quantile: float) -> DesignEffect:
+    """Design effect of the location test's |z| (difference of mean log lengths, checks.py)."""
+    iid = float(special.ndtri(0.5 + quantile / 2))
     return DesignEffect(history, default, cap, quantile, iid, squared=False)
 
 

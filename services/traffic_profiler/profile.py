@@ -26,6 +26,21 @@ class TagStats:
     prompt_p50: float
     output_p50: float
     hit_rate: float | None
+    prompt: Summary | None = None   # None only in snapshots from before the bus carried tags
+    output: Summary | None = None
+    arrival_rate: float = 0.0
+
+    def to_proto(self, tag: str) -> ev.TagProfile:
+        return ev.TagProfile(
+            tag=tag, requests=self.requests, share=self.share, arrival_rate=self.arrival_rate,
+            prompt_tokens=_quantiles(self.prompt or Summary(0, self.prompt_p50, 0, 0, 0)),
+            output_tokens=_quantiles(self.output or Summary(0, self.output_p50, 0, 0, 0)),
+            prefix_hit_rate=-1.0 if self.hit_rate is None else self.hit_rate,
+        )
+
+
+def _quantiles(s: Summary) -> ev.Quantiles:
+    return ev.Quantiles(p10=s.p10, p50=s.p50, p90=s.p90, p99=s.p99, mean=s.mean)
 
 
 @dataclass(frozen=True)
@@ -51,9 +66,7 @@ class Profile:
         return max(self.expert_load) * len(self.expert_load) if self.expert_load else 0.0
 
     def to_proto(self, profile_id: str, model: str = "") -> ev.TrafficProfile:
-        def q(s: Summary) -> ev.Quantiles:
-            return ev.Quantiles(p10=s.p10, p50=s.p50, p90=s.p90, p99=s.p99, mean=s.mean)
-
+        q = _quantiles
         return ev.TrafficProfile(
             profile_id=profile_id,
             window_start_s=self.start,
@@ -68,6 +81,7 @@ class Profile:
             expert_load=list(self.expert_load),
             buckets=[b.to_proto() for b in self.buckets],
             model=model,
+            tags=[stats.to_proto(tag) for tag, stats in self.tags.items()],
         )
 
     def to_json(self) -> dict:
@@ -112,11 +126,15 @@ def tag_breakdown(w: WindowData) -> dict[str, TagStats]:
     for tag in sorted(set(w.tags.tolist())):
         mask = w.tags == tag
         sub = w.select(mask)
+        prompt, output = Summary.of(sub.prompt), Summary.of(sub.output)
         out[tag or "(none)"] = TagStats(
             requests=sub.n,
             share=sub.n / w.n,
-            prompt_p50=float(np.median(sub.prompt)),
-            output_p50=float(np.median(sub.output)),
+            prompt_p50=prompt.p50,
+            output_p50=output.p50,
             hit_rate=sub.hit_rate(),
+            prompt=prompt,
+            output=output,
+            arrival_rate=sub.n / w.duration,
         )
     return out

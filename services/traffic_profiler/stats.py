@@ -53,7 +53,11 @@ def ks(reference: np.ndarray, current: np.ndarray) -> float:
     samples, which the detector replaces by its burst-adjusted one (noise.py) and which costs more
     than the distance itself at every tick.
     """
-    a, b = np.sort(reference), np.sort(current)
+    return ks_sorted(np.sort(reference), np.sort(current))
+
+
+def ks_sorted(a: np.ndarray, b: np.ndarray) -> float:
+    """`ks` of two already sorted samples."""
     both = np.concatenate([a, b])
     cdf_a = np.searchsorted(a, both, side="right") / a.size
     cdf_b = np.searchsorted(b, both, side="right") / b.size

@@ -6,7 +6,9 @@ moved into sorted numpy columns once, and every window after that is a binary se
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -21,6 +23,13 @@ class WindowData:
     hit: np.ndarray          # hit tokens, NaN where unknown
     tags: np.ndarray         # str per record
     experts: np.ndarray      # summed tokens per expert (empty when no record reports experts)
+    memo: dict = field(default_factory=dict, compare=False, repr=False)  # derived values (see `derived`)
+
+    def derived(self, key: str, compute: Callable[[], Any]) -> Any:
+        """A value computed from this (immutable) window once: a reference is compared at every tick."""
+        if key not in self.memo:
+            self.memo[key] = compute()
+        return self.memo[key]
 
     @property
     def n(self) -> int:

@@ -12,7 +12,7 @@ from proto.gen.polymorph.v1 import events_pb2 as ev
 from services.traffic_profiler.config import DetectorConfig
 from services.traffic_profiler.detector import DriftDetector
 from services.traffic_profiler.records import MalformedRecord, Record
-from services.traffic_profiler.synthetic import BASE, Decoration, decorate
+from services.traffic_profiler.synthetic import BASE, SHIFTS, Decoration, decorate
 
 
 def stream(seconds: float, rate: float = 10.0, seed: int = 0, shift_at: float | None = None,
@@ -111,3 +111,65 @@ def test_malformed_records_are_refused() -> None:
                 ev.RequestRecord(arrival_s=1.0, prompt_tokens=5, expert_counts=[3, -1])):
         with pytest.raises(MalformedRecord):
             Record.from_proto(bad)
+
+
+def test_regional_mix_shift_names_the_tag_mix_and_the_event_carries_tag_profiles() -> None:
+    shift = next(s for s in SHIFTS if s.name.startswith("regional"))
+    _, drifts = run(decorate(stream(1500, seed=7), shift.before, shift.after, 900, seed=7))
+    assert drifts and all(d.t_s >= 900 for d in drifts)
+    first = drifts[0]
+    assert first.t_s <= 900 + 120 and "tag_mix" in {c.metric for c in first.changes}
+    event = ev.DriftEvent.FromString(first.to_proto("llama-tiny").SerializeToString())  # survives the wire
+    tags = {t.tag: t for t in event.current.tags}
+    ref_tags = {t.tag: t for t in event.reference.tags}
+    assert set(tags) == set(ref_tags) == {"eu", "us"}
+    assert sum(t.requests for t in tags.values()) == event.current.requests
+    assert sum(t.arrival_rate for t in tags.values()) == pytest.approx(event.current.arrival_rate)
+    assert tags["eu"].requests > tags["us"].requests and ref_tags["eu"].requests < ref_tags["us"].requests
+    assert tags["eu"].prompt_tokens.p50 > 1.2 * tags["us"].prompt_tokens.p50  # eu prompts are 1.4x longer
+    assert 0 < tags["eu"].prefix_hit_rate < 1 and tags["eu"].output_tokens.p90 > 0
+
+
+def test_location_test_finds_a_modest_prompt_growth_the_shape_tests_miss() -> None:
+    records = stream(1800, seed=8, shift_at=1200, factor=1.3)
+    _, drifts = run(records)
+    hits = [d for d in drifts if "prompt_tokens" in {c.metric for c in d.changes}]
+    assert hits and 1200 <= hits[0].t_s <= 1200 + 120 and not [d for d in drifts if d.t_s < 1200]
+    change = next(c for c in hits[0].changes if c.metric == "prompt_tokens")
+    assert change.after > change.before
+    _, shape_only = run(records, replace(DetectorConfig(), loc_p_max=0.0))
+    assert not [d for d in shape_only if 1200 <= d.t_s <= 1200 + 120]
+
+
+def hashed_stream(seconds: float, rate: float = 5.0, seed: int = 0, prefixes: int = 400,
+                  fresh_after: float | None = None) -> list[Record]:
+    """Requests sharing Zipf-popular 4-block prefixes plus a unique block: a cold cache warms for minutes.
+    From fresh_after on, every other request brings a prefix never seen before (the hit rate drops)."""
+    rng = np.random.default_rng(seed)
+    t = np.cumsum(rng.exponential(1 / rate, int(seconds * rate * 1.1)))
+    weights = 1.0 / np.arange(1, prefixes + 1) ** 0.8
+    out = []
+    for i, a in enumerate(t[t < seconds]):
+        k = int(rng.choice(prefixes, p=weights / weights.sum()))
+        if fresh_after is not None and a >= fresh_after and i % 2:
+            k = 10**6 + i
+        blocks = [k * 10 + j for j in range(4)] + [10**9 + i]
+        out.append(Record(float(a), 5 * 512, int(rng.integers(20, 200)), block_hashes=blocks))
+    return out
+
+
+def test_a_warming_prefix_cache_is_not_drift_but_a_later_hit_rate_change_is() -> None:
+    cold = DriftDetector()
+    hits = []
+    for r in hashed_stream(900, seed=9):
+        cold.observe(r)
+        hits.append(cold.last_hit)
+    early, late = np.mean(hits[:300]) / 2560, np.mean(hits[-1000:]) / 2560
+    assert late - early > 0.2, "the stream must warm the cache (else this test proves nothing)"
+    _, drifts = run(hashed_stream(1500, seed=9))
+    assert not [d for d in drifts if "prefix_hit_rate" in {c.metric for c in d.changes}]
+    _, drifts = run(hashed_stream(1500, seed=9, fresh_after=1100))
+    hit_events = [d for d in drifts if "prefix_hit_rate" in {c.metric for c in d.changes}]
+    assert hit_events and 1100 <= hit_events[0].t_s <= 1100 + 120
+    _, warm_off = run(hashed_stream(1500, seed=9), replace(DetectorConfig(), cache_warmup_s=0.0))
+    assert warm_off  # without the warm-up rule the warming cache itself is reported (what the rule prevents)

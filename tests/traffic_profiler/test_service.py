@@ -14,7 +14,9 @@ from services.traffic_profiler.detector import DriftDetector
 from services.traffic_profiler.readers import read_trace
 from services.traffic_profiler.replay import replay_trace
 from services.traffic_profiler.service import TrafficProfiler
+from services.traffic_profiler.synthetic import SHIFTS, decorate
 from tests.helpers import wait_for
+from tests.traffic_profiler.test_detector import stream
 
 
 async def _start(nats_url: str, state_dir: Path, **kw) -> tuple[TrafficProfiler, Bus]:
@@ -105,3 +107,30 @@ async def test_replay_counts_malformed_lines_and_keeps_going(nats_url: str, bus:
     assert seen[-1].arrival_s == 0.49 and seen[0].request_id == "t:0"
     again = await replay_trace(nats_url, trace, 0, limit=5, progress=False)  # a second run is not a duplicate
     assert again.published == 5 and again.duplicates == 0
+
+
+async def test_drift_events_on_the_bus_carry_per_tag_profiles(nats_url: str, bus: Bus, tmp_path: Path) -> None:
+    shift = next(s for s in SHIFTS if s.name.startswith("regional"))
+    records = decorate(stream(700, rate=5.0, seed=11), shift.before, shift.after, 400, seed=11)
+    seen: list[ev.DriftEvent] = []
+
+    async def on_drift(msg: ev.DriftEvent, delivery: Delivery) -> None:
+        seen.append(msg)
+
+    await bus.consume(subjects.TRAFFIC_DRIFT, ev.DriftEvent, on_drift, durable="test-tag-drifts")
+    profiler, profiler_bus = await _start(nats_url, tmp_path / "state")
+    try:
+        await _publish(bus, records, 0)
+        await wait_for(lambda: profiler.detector.records == len(records))
+        await wait_for(lambda: any("tag_mix" in {c.metric for c in d.changes} for d in seen))
+    finally:
+        await profiler_bus.close()
+        await profiler.stop()
+    event = next(d for d in seen if "tag_mix" in {c.metric for c in d.changes})
+    assert event.t_s >= 400
+    for profile in (event.reference, event.current):
+        tags = {t.tag: t for t in profile.tags}
+        assert set(tags) == {"eu", "us"} and sum(t.requests for t in tags.values()) == profile.requests
+        assert all(t.prompt_tokens.p50 > 0 and t.arrival_rate > 0 for t in tags.values())
+    shares = {t.tag: t.share for t in event.current.tags}, {t.tag: t.share for t in event.reference.tags}
+    assert shares[0]["eu"] > shares[1]["eu"]  # the mix moved towards eu

@@ -113,7 +113,7 @@ class Quantiles(_message.Message):
     def __init__(self, p10: _Optional[float] = ..., p50: _Optional[float] = ..., p90: _Optional[float] = ..., p99: _Optional[float] = ..., mean: _Optional[float] = ...) -> None: ...
 
 class TrafficProfile(_message.Message):
-    __slots__ = ("profile_id", "window_start_s", "window_end_s", "requests", "prompt_tokens", "output_tokens", "arrival_rate", "burstiness", "prefix_hit_rate", "concurrency", "expert_load", "buckets", "model")
+    __slots__ = ("profile_id", "window_start_s", "window_end_s", "requests", "prompt_tokens", "output_tokens", "arrival_rate", "burstiness", "prefix_hit_rate", "concurrency", "expert_load", "buckets", "model", "tags")
     PROFILE_ID_FIELD_NUMBER: _ClassVar[int]
     WINDOW_START_S_FIELD_NUMBER: _ClassVar[int]
     WINDOW_END_S_FIELD_NUMBER: _ClassVar[int]
@@ -127,6 +127,7 @@ class TrafficProfile(_message.Message):
     EXPERT_LOAD_FIELD_NUMBER: _ClassVar[int]
     BUCKETS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
     profile_id: str
     window_start_s: float
     window_end_s: float
@@ -140,7 +141,26 @@ class TrafficProfile(_message.Message):
     expert_load: _containers.RepeatedScalarFieldContainer[float]
     buckets: _containers.RepeatedCompositeFieldContainer[ShapeBucket]
     model: str
-    def __init__(self, profile_id: _Optional[str] = ..., window_start_s: _Optional[float] = ..., window_end_s: _Optional[float] = ..., requests: _Optional[int] = ..., prompt_tokens: _Optional[_Union[Quantiles, _Mapping]] = ..., output_tokens: _Optional[_Union[Quantiles, _Mapping]] = ..., arrival_rate: _Optional[float] = ..., burstiness: _Optional[float] = ..., prefix_hit_rate: _Optional[float] = ..., concurrency: _Optional[float] = ..., expert_load: _Optional[_Iterable[float]] = ..., buckets: _Optional[_Iterable[_Union[ShapeBucket, _Mapping]]] = ..., model: _Optional[str] = ...) -> None: ...
+    tags: _containers.RepeatedCompositeFieldContainer[TagProfile]
+    def __init__(self, profile_id: _Optional[str] = ..., window_start_s: _Optional[float] = ..., window_end_s: _Optional[float] = ..., requests: _Optional[int] = ..., prompt_tokens: _Optional[_Union[Quantiles, _Mapping]] = ..., output_tokens: _Optional[_Union[Quantiles, _Mapping]] = ..., arrival_rate: _Optional[float] = ..., burstiness: _Optional[float] = ..., prefix_hit_rate: _Optional[float] = ..., concurrency: _Optional[float] = ..., expert_load: _Optional[_Iterable[float]] = ..., buckets: _Optional[_Iterable[_Union[ShapeBucket, _Mapping]]] = ..., model: _Optional[str] = ..., tags: _Optional[_Iterable[_Union[TagProfile, _Mapping]]] = ...) -> None: ...
+
+class TagProfile(_message.Message):
+    __slots__ = ("tag", "requests", "prompt_tokens", "output_tokens", "arrival_rate", "share", "prefix_hit_rate")
+    TAG_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ARRIVAL_RATE_FIELD_NUMBER: _ClassVar[int]
+    SHARE_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_HIT_RATE_FIELD_NUMBER: _ClassVar[int]
+    tag: str
+    requests: int
+    prompt_tokens: Quantiles
+    output_tokens: Quantiles
+    arrival_rate: float
+    share: float
+    prefix_hit_rate: float
+    def __init__(self, tag: _Optional[str] = ..., requests: _Optional[int] = ..., prompt_tokens: _Optional[_Union[Quantiles, _Mapping]] = ..., output_tokens: _Optional[_Union[Quantiles, _Mapping]] = ..., arrival_rate: _Optional[float] = ..., share: _Optional[float] = ..., prefix_hit_rate: _Optional[float] = ...) -> None: ...
 
 class MetricChange(_message.Message):
     __slots__ = ("metric", "before", "after", "ks", "psi", "since_s")
