@@ -19,15 +19,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import hashlib
-import importlib.util
 import json
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import torch
@@ -96,17 +93,6 @@ def make_inputs(op: str, rows: int, model: str, dtype) -> tuple[tuple, int, int]
         return (rnd(rows, width), weight, EPS), width, (2 * rows + 1) * width * size
     return (rnd(rows, width), rnd(rows, width), weight, EPS), width, (4 * rows + 1) * width * size
 
-
-def load_candidate(source: str, directory: Path) -> ModuleType:
-    """Import a candidate's source from its own content-addressed file, as the engine host does."""
-    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
-    path = directory / f"cand_{digest}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(f"polymorph_candidate_{digest}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _as_tuple(out) -> tuple:
@@ -197,13 +183,13 @@ def run_shape(op, model, rows, variants, compiled, args, dtype) -> dict[str, Any
 
 def load_variants(op: str, args: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
     from services.agent_pool.library.triton import candidates
+    from services.engine_host.loader import candidate_id, load_candidate
 
     out = []
     for slot, source, params in spread(candidates((op,)), args.max_variants):
-        cid = hashlib.sha256(f"{slot}\n{source}".encode()).hexdigest()[:16]  # the engine's candidate id
-        v: dict[str, Any] = {"params": params, "candidate_id": cid}
+        v: dict[str, Any] = {"params": params, "candidate_id": candidate_id(slot, source)}
         try:
-            v["module"] = load_candidate(source, directory)
+            v["module"] = load_candidate(source, slot, directory)  # the engine's own loader
         except Exception as e:
             v["error"] = f"load: {type(e).__name__}: {e}"[:500]
         out.append(v)
