@@ -74,7 +74,7 @@ def run_up(data_dir: Path) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     stack.start()
     console.print(f"polymorph is up: NATS {stack.nats_url}, data in {data_dir}, logs in {stack.log_dir}")
-    console.print("try: polymorph optimize --slots rmsnorm,silu_mul   |   polymorph status --watch")
+    console.print("try: polymorph optimize --slots rope,rmsnorm   |   polymorph status --watch")
     tail = threading.Thread(target=follow_logs, args=(stack.log_dir, stop), daemon=True)
     tail.start()
     try:
