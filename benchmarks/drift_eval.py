@@ -21,6 +21,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -30,6 +31,8 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+import numpy as np  # noqa: E402
 
 from benchmarks.markdown import update_section  # noqa: E402
 from services.traffic_profiler.config import DetectorConfig  # noqa: E402
@@ -130,15 +133,23 @@ def false_alarms(traces: Path, windows: list[float], hours: float, default_strea
 
 
 def throughput(traces: Path) -> dict:
-    """records/s on one core: parsing files, detector ingest at a fleet's rate, and both at trace rates."""
+    """records/s on one core: parsing files, detector ingest at a fleet's rate, and both at trace rates.
+
+    The acceptance figure is `end_to_end_sustained_per_s`: a trace file (azure2023_conv in its own
+    Azure CSV format, compressed to 2000 requests/s and repeated to 18 minutes, so every reference
+    fills up) parsed and fed to the detector record by record, timed together as `polymorph profile`
+    runs them.
+    """
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     out: dict = {}
     for name in SOURCES:
         path = traces / name
-        start = time.perf_counter()
-        records = list(read_trace(path))
-        parse = len(records) / (time.perf_counter() - start)
+        parse = 0.0
+        for _ in range(3):  # best of 3: a small file's figure otherwise carries pyarrow's first-call setup
+            start = time.perf_counter()
+            records = list(read_trace(path))
+            parse = max(parse, len(records) / (time.perf_counter() - start))
         # a fleet's rate: the same records with trace time compressed to ~2000 requests/s, 10 laps
         span = records[-1].arrival_s or 1.0
         factor = len(records) / span / 2000.0
@@ -153,21 +164,47 @@ def throughput(traces: Path) -> dict:
         start = time.perf_counter()
         result = profile_trace(path, record_ticks=False, overall=False)
         own_rate = result.records / (time.perf_counter() - start)
-        sustained = None
+        row = {"parse_per_s": round(parse), "ingest_at_2000_rps_per_s": round(observe),
+               "end_to_end_at_trace_rate_per_s": round(own_rate)}
         if name == "azure2023_conv.csv":  # 18 min at 2000 req/s: the 15-minute references fill up
-            long = [replace(r, arrival_s=(lap * span + r.arrival_s) * factor) for lap in range(110) for r in records]
-            detector = DriftDetector()
-            start = time.perf_counter()
-            for r in long:
-                detector.observe(r)
-            sustained = round(len(long) / (time.perf_counter() - start))
-            del long
-        out[name] = {"parse_per_s": round(parse), "ingest_at_2000_rps_per_s": round(observe),
-                     "ingest_sustained_2000_rps_per_s": sustained,
-                     "parse_and_ingest_per_s": round(1 / (1 / parse + 1 / observe)),
-                     "end_to_end_at_trace_rate_per_s": round(own_rate)}
-        print(f"  {name:32} {out[name]}", flush=True)
+            row.update(sustained(records, span, factor))
+        out[name] = row
+        print(f"  {name:32} {row}", flush=True)
     return out
+
+
+def sustained(records: list, span: float, factor: float, laps: int = 110) -> dict:
+    """Detector alone, then file parsing + detector end to end, on 18 minutes at 2000 requests/s."""
+    long = [replace(r, arrival_s=(lap * span + r.arrival_s) * factor) for lap in range(laps) for r in records]
+    detector = DriftDetector()
+    start = time.perf_counter()
+    for r in long:
+        detector.observe(r)
+    ingest = len(long) / (time.perf_counter() - start)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "fleet.csv"
+        base = np.datetime64("2023-11-16T18:00:00", "ns")
+        stamps = np.datetime_as_string(base + (np.array([r.arrival_s for r in long]) * 1e9).astype("m8[ns]"),
+                                       unit="us")
+        with open(path, "w") as fh:
+            fh.write("TIMESTAMP,ContextTokens,GeneratedTokens\n")
+            fh.writelines(f"{t[:10]} {t[11:]},{r.prompt_tokens},{r.output_tokens}\n"
+                          for t, r in zip(stamps.tolist(), long, strict=True))
+        n = len(long)
+        del long, stamps
+        start = time.perf_counter()
+        parsed = sum(1 for _ in read_trace(path))
+        parse = parsed / (time.perf_counter() - start)
+        detector = DriftDetector()
+        reader = read_trace(path)
+        start = time.perf_counter()
+        for r in reader:
+            detector.observe(r)
+        detector.flush()
+        end_to_end = reader.records / (time.perf_counter() - start)
+        assert parsed == reader.records == n and reader.malformed == 0
+    return {"sustained_records": n, "ingest_sustained_2000_rps_per_s": round(ingest),
+            "parse_sustained_per_s": round(parse), "end_to_end_sustained_per_s": round(end_to_end)}
 
 
 def markdown(result: dict) -> str:
@@ -194,15 +231,19 @@ def markdown(result: dict) -> str:
               "| stationary source | window (s) | hours | alarms per 10 h | by metric |", "|---|---|---|---|---|"]
     for r in result["false_alarms"]:
         lines.append(f"| {r['trace']} | {r['window_s']:.0f} | {r['hours']:.0f} | {r['per_10h']} | {r['by_metric']} |")
-    lines += ["", "### Ingest throughput, one core (records/s)", "",
-              "| trace | parse | detector ingest at 2000 req/s (97 s of trace) | ... sustained (18 min, full "
-              "references) | parse + ingest | end to end at the trace's own rate |",
-              "|---|---|---|---|---|---|"]
+    lines += ["", "### Ingest throughput, one core (records/s)", ""]
+    conv = result["throughput"].get("azure2023_conv.csv", {})
+    if conv.get("end_to_end_sustained_per_s"):
+        lines += [f"**End to end, sustained: {conv['end_to_end_sustained_per_s']:,} records/s** "
+                  f"(target 50,000): an Azure CSV file of {conv['sustained_records']:,} records "
+                  "(azure2023_conv at 2000 requests/s, 18 minutes, so every reference is full) parsed and "
+                  f"fed to the detector on one core. Parsing alone {conv['parse_sustained_per_s']:,}/s, the "
+                  f"detector alone {conv['ingest_sustained_2000_rps_per_s']:,}/s.", ""]
+    lines += ["| trace | parse | detector ingest at 2000 req/s (10 laps) | end to end at the trace's own rate |",
+              "|---|---|---|---|"]
     for name, t in result["throughput"].items():
-        sustained = t.get("ingest_sustained_2000_rps_per_s")
         lines.append(f"| {name} | {t['parse_per_s']:,} | {t['ingest_at_2000_rps_per_s']:,} | "
-                     f"{'-' if sustained is None else format(sustained, ',')} | "
-                     f"{t['parse_and_ingest_per_s']:,} | {t['end_to_end_at_trace_rate_per_s']:,} |")
+                     f"{t['end_to_end_at_trace_rate_per_s']:,} |")
     return "\n".join(lines) + "\n" + NOTES
 
 
@@ -226,10 +267,13 @@ Notes:
 - A simulated prefix cache (block hashes) is compared only once warm: at least cache_warmup_s (6 min)
   of hashed traffic and a flat hit-rate trend (two consecutive windows within 0.05). Mooncake's cache
   climbs from 0.05 to 0.5 in its first minutes; that warm-up is no longer reported as drift.
-- Ingest: the detector keeps a 15-minute reference per metric (30 for the rate) and computes its
-  sorted lengths, histograms and tag counts once per 30 s growth step, not per tick. At a fleet's
-  rate a tick falls every ~20,000 records; at these traces' own 2-7 requests/s one falls every 20-70
-  records, hence the lower end-to-end figure.
+- Ingest: a clean trace file is parsed whole and vectorised (pyarrow; fast_reader.py), a file with
+  any malformed line line by line (every bad line counted), with identical records either way. The
+  detector keeps a 15-minute reference per metric (30 for the rate) and computes its sorted lengths,
+  histograms and tag counts once per 30 s growth step, not per tick; KS distances are evaluated at
+  the distinct token counts only and tag mixes counted by hashing. At a fleet's rate a tick falls
+  every ~20,000 records; at these traces' own 2-7 requests/s one falls every 20-70 records, hence
+  the lower figure at the traces' own rate (ticks dominate there, not records).
 """
 
 

@@ -158,11 +158,12 @@ class DriftDetector:
             self.refs = {m: Reference(t - 1e-9, t - 1e-9, empty(t)) for m in METRICS}
             self.first_t = t - 1e-9
             fired: list[Drift] = []
-        else:
-            fired = self._advance(t)
+        else:  # most records close no tick: skip the call (this is the per-record hot path)
+            fired = self._advance(t) if t > self.next_tick else []
         self.rows.append(t, record.prompt_tokens, record.output_tokens, hit, record.tag, record.expert_counts)
         self.last_hit = hit  # NaN when unknown; lets offline reports reuse the cache simulation
-        self.latest = t if self.latest is None else max(self.latest, t)
+        if self.latest is None or t > self.latest:
+            self.latest = t
         self.records += 1
         return fired
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from services.traffic_profiler.readers import ColumnMapping, _datetime_s, read_trace
+from services.traffic_profiler.fast_reader import load
+from services.traffic_profiler.readers import UNITS, ColumnMapping, TraceReader, _datetime_s, detect_mapping, read_trace
 
 
 def test_azure_csv_gives_trace_seconds(traces_dir: Path) -> None:
@@ -96,3 +97,53 @@ def test_datetime_fast_path_matches_fromisoformat() -> None:
         assert _datetime_s(text, {}) == pytest.approx(expected, abs=1e-6)
     assert _datetime_s("2023-11-16T18:00:00+01:00", {}) == pytest.approx(
         datetime(2023, 11, 16, 17, tzinfo=UTC).timestamp())
+
+
+def _both_paths(path: Path, mapping: ColumnMapping | None = None) -> tuple[list, list]:
+    """Records from the whole-file fast path and from the line-by-line path (fast path refused)."""
+    return list(read_trace(path, mapping)), list(_line_by_line(TraceReader(path, mapping)))
+
+
+def _line_by_line(reader: TraceReader):
+    import services.traffic_profiler.readers as readers
+
+    original = readers.load
+    readers.load = lambda *args: None  # the module's own switch: no fast path, every line parsed alone
+    try:
+        yield from reader
+    finally:
+        readers.load = original
+
+
+@pytest.mark.parametrize("name", ["azure2023_conv.csv", "mooncake_synthetic_trace.jsonl"])
+def test_fast_path_matches_line_reader_on_real_traces(traces_dir: Path, name: str) -> None:
+    assert load(traces_dir / name, None, detect_mapping, UNITS, name.endswith(".jsonl")) is not None
+    fast, slow = _both_paths(traces_dir / name)
+    assert len(fast) > 1000 and fast == slow  # arrival times bit for bit, lists, everything
+
+
+def test_fast_path_matches_line_reader_on_generic_files(tmp_path: Path) -> None:
+    rows = [{"arrival_s": 10.5 + i / 3, "prompt_tokens": 100 + i, "output_tokens": i % 7,
+             "cached_tokens": None if i % 3 else 40, "block_hashes": [i, i + 1] if i % 2 else [],
+             "expert_counts": [i % 4, 2], "tag": ["eu", "us", ""][i % 3], "model": "m", "request_id": f"r{i}"}
+            for i in range(50)]
+    jsonl = tmp_path / "native.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    csv = tmp_path / "native.csv"
+    csv.write_text("ts,n_in,n_out,hit,region\n" + "".join(
+        f"{1_700_000_000_000 + 250 * i},{100 + i},{i % 5},{'' if i % 3 else 7},0{i % 2}\n" for i in range(50)))
+    mapping = ColumnMapping.parse("arrival=ts:ms,prompt=n_in,output=n_out,cached=hit,tag=region")
+    for path, m in ((jsonl, None), (csv, mapping)):
+        assert load(path, m, detect_mapping, UNITS, path.suffix == ".jsonl") is not None
+        fast, slow = _both_paths(path, m)
+        assert len(fast) == 50 and fast == slow
+    assert fast[0].tag == "00" and fast[1].cached_tokens is None and fast[3].cached_tokens == 7
+
+
+def test_fast_path_refuses_files_with_bad_lines(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00.5,100,10\n"
+                    "2023-11-16 18:00:01.0,100,10.5\n2023-11-16 18:00:02.0,100,10\n")
+    assert load(path, None, detect_mapping, UNITS, False) is None
+    reader = read_trace(path)
+    assert [r.arrival_s for r in reader] == [0.0, 1.5] and reader.malformed == 1
