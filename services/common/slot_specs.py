@@ -15,6 +15,7 @@ Hq / Hkv query / kv heads, D head dim, E model dim, I MLP hidden dim, V vocab.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 
@@ -66,3 +67,8 @@ SLOTS: dict[str, SlotSignature] = {
 
 REGIONS = ("attn_block", "mlp_block", "layer", "step")
 BACKENDS = ("torch", "triton", "compile")
+
+
+def candidate_id(slot: str, source: str) -> str:
+    """The project-wide candidate id: a content hash of slot and source (dedup key on every subject)."""
+    return hashlib.sha256(f"{slot}\n{source}".encode()).hexdigest()[:16]

@@ -16,10 +16,9 @@ from typing import Any
 from proto.gen.polymorph.v1 import engine_service_pb2 as es
 from proto.gen.polymorph.v1 import events_pb2 as ev
 from services.common.log import get_logger
-from services.common.slot_specs import SLOTS
+from services.common.slot_specs import SLOTS, candidate_id
 from services.engine_host import protos
 from services.engine_host.config import EngineHostConfig
-from services.engine_host.loader import candidate_id as content_id
 from services.engine_host.tiers import Tier
 from services.engine_host.worker import RawShape, WorkerError, WorkerFailure, WorkerSpec
 
@@ -37,7 +36,7 @@ def _with_id(candidate: ev.Candidate) -> ev.Candidate:
         return candidate
     filled = ev.Candidate()
     filled.CopyFrom(candidate)
-    filled.candidate_id = content_id(candidate.slot, candidate.source)
+    filled.candidate_id = candidate_id(candidate.slot, candidate.source)
     return filled
 
 

@@ -6,7 +6,6 @@ Triton needs a real file (it reads kernel source through inspect), so every cand
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import inspect
 import os
@@ -17,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from services.common.slot_specs import BACKENDS, SLOTS
+from services.common.slot_specs import BACKENDS, SLOTS, candidate_id
 
 
 class LoadError(Exception):
@@ -32,10 +31,6 @@ class LoadedCandidate:
     kernel: Callable[..., Any]
     path: Path
 
-
-def candidate_id(slot: str, source: str) -> str:
-    """The project-wide candidate id: a content hash of slot and source."""
-    return hashlib.sha256(f"{slot}\n{source}".encode()).hexdigest()[:16]
 
 
 def error_line(exc: BaseException, path: Path | None = None) -> str:

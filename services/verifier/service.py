@@ -11,7 +11,6 @@ benchmark republishes the verdict already reached instead of verifying again.
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 import time
 
@@ -20,6 +19,7 @@ from services.common import subjects
 from services.common.bus import Bus, Delivery, Poison
 from services.common.config import CommonSettings, Env
 from services.common.log import get_logger
+from services.common.slot_specs import candidate_id
 from services.verifier.cascade import CascadeSettings, build_verdict, run_cascade
 from services.verifier.config import VerifierConfig
 from services.verifier.engine_client import EngineClient
@@ -31,10 +31,6 @@ log = get_logger("verifier")
 class SourceNotYetKnown(Exception):
     """The benchmark arrived before its candidate: retry once candidates.proposed caught up."""
 
-
-def content_id(slot: str, source: str) -> str:
-    """The project-wide candidate id (same formula as the engine host and the agents)."""
-    return hashlib.sha256(f"{slot}\n{source}".encode()).hexdigest()[:16]
 
 
 class VerifierService:
@@ -69,7 +65,7 @@ class VerifierService:
         cid = candidate.candidate_id
         if not ProtoStore.valid_key(cid):
             raise Poison(f"candidate id {cid!r} is not a valid id")
-        expected = content_id(candidate.slot, candidate.source)
+        expected = candidate_id(candidate.slot, candidate.source)
         if cid != expected:  # verifying one source and promoting another must be impossible
             raise Poison(f"candidate id {cid} is not the content hash of its slot and source ({expected})")
         if cid not in self.sources:

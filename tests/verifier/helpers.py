@@ -11,8 +11,8 @@ from pathlib import Path
 
 from proto.gen.polymorph.v1 import events_pb2 as ev
 from services.common.bus import Bus
+from services.common.slot_specs import candidate_id as content_id
 from services.verifier.engine_client import EngineClient, EngineUnavailable
-from services.verifier.service import content_id
 
 REPO = Path(__file__).resolve().parents[2]
 ENGINE_MAIN = REPO / "services" / "engine_host" / "__main__.py"

@@ -12,8 +12,9 @@ from proto.gen.polymorph.v1 import events_pb2 as ev
 from services.common import subjects
 from services.common.bus import Bus
 from services.common.config import CommonSettings, ConfigError, Env
+from services.common.slot_specs import candidate_id as content_id
 from services.verifier.config import VerifierConfig
-from services.verifier.service import VerifierService, build, content_id
+from services.verifier.service import VerifierService, build
 from services.verifier.store import ProtoStore
 from tests.verifier.adversarial_cases import CASES, HONEST_RMSNORM
 from tests.verifier.helpers import benchmark, candidate, wait_for

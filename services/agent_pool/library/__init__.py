@@ -10,12 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from services.agent_pool.library.attention import ATTENTION
-from services.agent_pool.library.base import Template, candidate_id
+from services.agent_pool.library.base import Template
 from services.agent_pool.library.mlp import LINEAR, SILU_MUL
 from services.agent_pool.library.norm import ADD_RMSNORM, RMSNORM
 from services.agent_pool.library.rope import ROPE
 from services.agent_pool.library.sample import SAMPLE
 from services.common.log import get_logger
+from services.common.slot_specs import candidate_id
 
 log = get_logger("agent_pool.library")
 

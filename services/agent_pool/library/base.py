@@ -9,7 +9,6 @@ the first call, in the engine worker). Rendering is plain text: nothing here imp
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import textwrap
 from collections.abc import Callable, Mapping
@@ -19,10 +18,6 @@ from services.common.slot_specs import SLOTS
 
 Params = Mapping[str, str]
 
-
-def candidate_id(slot: str, source: str) -> str:
-    """The project-wide content hash of a candidate (slot + source)."""
-    return hashlib.sha256(f"{slot}\n{source}".encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
