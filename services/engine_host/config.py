@@ -53,6 +53,7 @@ class EngineHostConfig:
     capture_per_slot: int = 8
     consume: bool = True  # take candidates from candidates.proposed
     durable: str = "engine-fast"
+    checkpoint: str = ""  # safetensors weights for the model (both tiers); empty: seeded random weights
 
     @classmethod
     def from_env(cls, env: Env, model: str = "llama-tiny") -> EngineHostConfig:
@@ -82,4 +83,5 @@ class EngineHostConfig:
             capture_per_slot=env.int("ENGINE_CAPTURE_PER_SLOT", 8),
             consume=env.bool("ENGINE_CONSUME", True),
             durable=env.str("ENGINE_DURABLE", "engine-fast"),
+            checkpoint=env.str("ENGINE_CHECKPOINT", ""),
         )

@@ -13,7 +13,8 @@ invalidation logic is testable without a GPU.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,7 @@ class Capture:
     logits: Tensor | None = None  # static output [bucket, V] float32 logits behind `out`
     graph: Any = None  # torch.cuda.CUDAGraph, None when eager
     capture_s: float = 0.0
+    slot_args: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # each slot's first call, eager
 
 
 @dataclass
@@ -43,6 +45,7 @@ class GraphStats:
     eager_steps: int = 0
     capture_s: list[float] = field(default_factory=list)
     recaptured: list[int] = field(default_factory=list)  # buckets re-captured after a swap
+    last: dict[str, Any] = field(default_factory=dict)  # the last capture's stages (warm-up, capture)
 
 
 def buckets_for(max_batch: int) -> list[int]:
@@ -65,8 +68,9 @@ class DecodeGraphs:
         self.use_graphs = (self.device.type == "cuda") if use_graphs is None else use_graphs
         self.captures: dict[int, Capture] = {}
         self.stats = GraphStats()
-        self._sample: Callable[[Tensor], Tensor] = (table.sample if table is not None
-                                                     else model.slots.sample)
+        # looked up on every call, never bound once: a swapped `sample` must reach the graphs too
+        slots = table if table is not None else model.slots
+        self._sample: Callable[[Tensor], Tensor] = lambda logits: slots.sample(logits)
 
     # -- bookkeeping --------------------------------------------------------------------------
     def bucket(self, batch: int) -> int:
@@ -100,47 +104,95 @@ class DecodeGraphs:
         logits = self.model(tokens, pos, kv_len=self.model.max_seq)[:, -1]  # [b,V] float32
         return self._sample(logits), logits
 
-    def _used(self, cap: Capture) -> list[str]:
-        """Run one eager step recording which slots and regions it calls (what a graph depends on)."""
-        used: set[str] = set()
+    @contextmanager
+    def _recording(self, used: set[str], args: dict[str, tuple[Any, ...]] | None = None) -> Iterator[None]:
+        """Note every slot and region a forward pass calls (what a graph depends on) and, when `args`
+        is given, each slot's first call arguments (what a targeted warm-up re-runs after a swap)."""
         if self.regions is not None:  # every decode step runs through all four regions' modules
             used.update(f"region:{r}" for r in self.regions.versions)
-        if self.table is not None:
-            def wrap(slot: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-                def rec(*args: Any) -> Any:
-                    used.add(f"slot:{slot}")
-                    return fn(*args)
-                return rec
+        if self.table is None:
+            yield
+            return
 
-            with self.table.wrapped(wrap):
-                if self.regions is not None:
-                    with self.regions.recording(used):
-                        self._forward(cap.tokens, cap.pos)
-                else:
-                    self._forward(cap.tokens, cap.pos)
-        return sorted(used)
+        def wrap(slot: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+            def rec(*a: Any) -> Any:
+                used.add(f"slot:{slot}")
+                if args is not None and slot not in args:
+                    args[slot] = a
+                return fn(*a)
+            return rec
 
-    def _capture(self, bucket: int, tokens: Tensor, pos: Tensor) -> Capture:
+        with self.table.wrapped(wrap):
+            if self.regions is not None:
+                with self.regions.recording(used):
+                    yield
+            else:
+                yield
+
+    def _changed_slots(self, old: Capture) -> list[str] | None:
+        """The slots whose version moved since `old` was captured; None when a region moved or a moved
+        slot's arguments were never recorded (then only a whole eager step is a safe warm-up)."""
+        now = self._current(list(old.versions))
+        moved = [k for k in old.versions if now.get(k) != old.versions[k]]
+        slots = [k.split(":", 1)[1] for k in moved if k.startswith("slot:")]
+        if len(slots) != len(moved) or any(s not in old.slot_args for s in slots):
+            return None
+        return slots
+
+    def _capture(self, bucket: int, tokens: Tensor, pos: Tensor, old: Capture | None = None) -> Capture:
         began = time.perf_counter()
         cap = Capture(bucket, {}, tokens.clone(), pos.clone())
-        keys = self._used(cap)
-        if self.use_graphs:
+        used: set[str] = set()
+        changed = self._changed_slots(old) if old is not None and self.table is not None else None
+        stage: dict[str, float] = {}
+        if not self.use_graphs:  # eager: one recording step tells which slots the bucket depends on
+            with self._recording(used, cap.slot_args):
+                self._forward(cap.tokens, cap.pos)
+        else:
             stream = torch.cuda.Stream(self.device)
             stream.wait_stream(torch.cuda.current_stream(self.device))
             with torch.cuda.stream(stream):  # warm-up off the capture: JIT, cuBLAS handles, allocator
-                for _ in range(2):
-                    self._forward(cap.tokens, cap.pos)
+                if changed is not None and old is not None:
+                    # a slot swap: only the new ops need warming, on the arguments this bucket gave them
+                    # last time (real values from an eager step, so index-like inputs stay in range)
+                    assert self.table is not None
+                    for slot in changed:
+                        getattr(self.table, slot)(*old.slot_args[slot])
+                    cap.slot_args = old.slot_args
+                else:
+                    with self._recording(used, cap.slot_args):
+                        self._forward(cap.tokens, cap.pos)
             torch.cuda.current_stream(self.device).wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                cap.out, cap.logits = self._forward_logits(cap.tokens, cap.pos)
-            cap.graph = graph
             torch.cuda.synchronize(self.device)
-        cap.versions = self._current(keys)  # read after the runs: a racing swap would show as stale
+            stage["warm_s"] = time.perf_counter() - began
+            try:
+                self._graph(cap, used)
+            except RuntimeError:
+                if changed is None:
+                    raise
+                # an op downstream of the swap met new strides and compiled inside the capture: warm the
+                # whole step and capture again
+                torch.cuda.synchronize(self.device)
+                changed, cap.slot_args = None, {}
+                with torch.cuda.stream(stream), self._recording(used, cap.slot_args):
+                    self._forward(cap.tokens, cap.pos)
+                torch.cuda.current_stream(self.device).wait_stream(stream)
+                self._graph(cap, used)
+            stage["capture_s"] = time.perf_counter() - began - stage["warm_s"]
+        cap.versions = self._current(sorted(used))  # read after the runs: a racing swap would show as stale
         cap.capture_s = time.perf_counter() - began
         self.stats.captures += 1
         self.stats.capture_s.append(cap.capture_s)
+        self.stats.last = {**stage, "total_s": cap.capture_s, "targeted_warmup": changed is not None,
+                           "warmed_slots": changed or []}
         return cap
+
+    def _graph(self, cap: Capture, used: set[str]) -> None:
+        graph = torch.cuda.CUDAGraph()
+        with self._recording(used), torch.cuda.graph(graph):
+            cap.out, cap.logits = self._forward_logits(cap.tokens, cap.pos)
+        cap.graph = graph
+        torch.cuda.synchronize(self.device)
 
     def ensure(self, bucket: int) -> bool:
         """Capture the bucket's graph if missing or stale; True when it (re)captured."""
@@ -150,14 +202,14 @@ class DecodeGraphs:
         if old is not None:
             self.stats.recaptured.append(bucket)
             tokens, pos = old.tokens, old.pos
-            del old  # free the stale graph's memory before capturing the new one
+            old.graph = old.out = old.logits = None  # free the stale graph's memory before capturing anew
         else:
             tokens = torch.ones(bucket, 1, dtype=torch.long, device=self.device)
             pos = torch.empty(1, dtype=torch.long, device=self.device)
         # the last cache position: capture's own steps must not overwrite a prefilled prompt (a
         # re-capture too: the old static pos holds the last decoded position, inside a live prompt)
         pos.fill_(self.model.max_seq - 1)
-        self.captures[bucket] = self._capture(bucket, tokens, pos)
+        self.captures[bucket] = self._capture(bucket, tokens, pos, old)
         return True
 
     def step(self, tokens: Tensor, pos: int | Tensor) -> Tensor:

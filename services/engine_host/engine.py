@@ -49,6 +49,7 @@ class Engine:
             max_shapes=config.max_shapes,
             threads=config.threads, rounds=config.rounds, samples=config.samples,
             target_sample_s=config.sample_s, noise_floor=config.noise_floor, capture_per_slot=config.capture_per_slot,
+            checkpoint=config.checkpoint,
         )
         specs = {
             "fast": base,

@@ -23,6 +23,7 @@ from services.engine_host.inputs import Shape, resolve
 from services.engine_host.loader import LoadedCandidate, LoadError, error_line, load_candidate
 from services.engine_host.models.llama import build_model, generate, model_args
 from services.engine_host.outputs import encode
+from services.engine_host.safetensors_loader import load_into
 from services.engine_host.slots import SlotTable
 from services.engine_host.timing import CpuTimer, CudaTimer, Settings, Timer
 from services.engine_host.worker import RawShape, WorkerSpec
@@ -49,11 +50,20 @@ def hardware_name(device: torch.device) -> str:
 class Runtime:
     def __init__(self, spec: WorkerSpec, progress: Callable[[str], None]) -> None:
         self.spec, self.progress = spec, progress
+        began = time.perf_counter()
+        self.start_stages: dict[str, float] = {}  # seconds of each start stage, for cold-start reports
         self.device = resolve_device(spec.device)
         self.args = model_args(spec.model, spec.n_layers)
         self.table = SlotTable()
         self.model = build_model(self.args, self.table, seed=spec.seed, device=str(self.device),
-                                 max_batch=spec.max_batch, max_seq=spec.max_seq or None)
+                                 max_batch=spec.max_batch, max_seq=spec.max_seq or None,
+                                 init=not spec.checkpoint)
+        if spec.checkpoint:  # real weights: every parameter this tier holds must come from the file
+            progress(f"loading {spec.checkpoint}")
+            load_into(self.model, spec.checkpoint)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.start_stages["weights_s"] = time.perf_counter() - began
         self.kernels_dir = Path(spec.data_dir) / "kernels"
         self.timer: Timer = CudaTimer() if self.device.type == "cuda" else CpuTimer()
         self.settings = Settings(rounds=spec.rounds, samples=spec.samples, target_sample_s=spec.target_sample_s,
@@ -61,6 +71,7 @@ class Runtime:
         self.captured = capture.CaptureStore(spec.capture_per_slot)
         if spec.capture_shapes:
             self.capture(list(spec.capture_shapes))
+        self.start_stages["captured_inputs_s"] = time.perf_counter() - began - self.start_stages["weights_s"]
         # decode steps replay one CUDA graph per batch bucket; a swap re-captures only the buckets
         # whose graphs call the swapped slot, lazily, when they next run (cuda_graphs.py)
         self.graphs: DecodeGraphs | None = None
@@ -69,6 +80,8 @@ class Runtime:
             for bucket in spec.warm_buckets:
                 self.graphs.step(torch.ones(bucket, dtype=torch.long, device=self.device), self.model.max_seq - 1)
             torch.cuda.synchronize(self.device)
+        self.start_stages["graphs_s"] = (time.perf_counter() - began - self.start_stages["weights_s"]
+                                         - self.start_stages["captured_inputs_s"])
 
     # -- basics -----------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
@@ -77,6 +90,8 @@ class Runtime:
             "layers": self.args.n_layers, "slots": self.table.ids(), "vocab_size": self.args.vocab_size,
             "max_seq": self.model.max_seq, "dtype": self.args.dtype, "torch": torch.__version__,
             "graphs": self.graphs is not None, "captured": self.captured.counts(),
+            "weights": self.spec.checkpoint or f"random (seed {self.spec.seed})",
+            "start_stages": {k: round(v, 3) for k, v in self.start_stages.items()},
         }
 
     def shapes(self, raw: list[RawShape], heaviest: int = 0) -> list[Shape]:
@@ -232,9 +247,10 @@ class Runtime:
         for _ in range(blocks):
             seconds = self.timer.measure(lambda: [self._decode_step(tok, pos) for _ in range(steps)])
             rates.append(batch * steps / seconds)
+        recaptured = (self.graphs.stats.captures - captures) if self.graphs else 0
         return {"tok_s": float(sorted(rates)[len(rates) // 2]), "rates": rates, "first_step_s": first_s,
-                "recaptured": (self.graphs.stats.captures - captures) if self.graphs else 0,
-                "graphs": self.graphs is not None}
+                "recaptured": recaptured, "graphs": self.graphs is not None,
+                "capture": dict(self.graphs.stats.last) if self.graphs and recaptured else {}}
 
     def _decode_step(self, tok: torch.Tensor, pos: int) -> torch.Tensor:
         if self.graphs is not None:

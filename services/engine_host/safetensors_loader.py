@@ -167,7 +167,7 @@ def load_into(model: Any, path: str | Path, *, strict: bool = True) -> list[str]
             p = params[name]
             if tuple(t.shape) != tuple(p.shape):
                 raise CheckpointError(f"{name}: checkpoint shape {tuple(t.shape)} != model {tuple(p.shape)}")
-            p.copy_(t.to(device=p.device, dtype=p.dtype, non_blocking=False))
+            p.copy_(t)  # casts and moves in one go: no second full-size copy on the device
             filled.append(name)
         missing = sorted(set(params) - set(filled))
         if strict and missing:

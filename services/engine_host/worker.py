@@ -51,6 +51,7 @@ class WorkerSpec:
     graphs: bool = True  # CUDA graphs per batch bucket for decode steps (CUDA only; the CPU stays eager)
     warm_buckets: tuple[int, ...] = ()  # buckets captured at start, each followed by one decode step
     max_seq: int = 0  # static KV cache length; 0: the model's own maximum
+    checkpoint: str = ""  # a safetensors file with real weights; empty: seeded random weights
 
 
 class WorkerFailure(Exception):

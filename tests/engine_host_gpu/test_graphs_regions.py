@@ -41,6 +41,11 @@ def test_graph_decode_matches_generate_and_recaptures_only_stale_buckets() -> No
     assert sorted(graphs.invalid_buckets()) == [1, 4]
     graphs.step(prompt[:1, 0], 20)  # lazily: only the bucket that runs again is re-captured
     assert graphs.stats.recaptured == [1] and graphs.invalid_buckets() == [4]
+    # a slot swap can be warmed up on the slot's own recorded arguments; a region swap cannot
+    old = graphs.captures[4]
+    assert set(old.slot_args) == {"rmsnorm", "add_rmsnorm", "rope", "attention", "silu_mul", "linear", "sample"}
+    assert graphs._changed_slots(old) == ["rmsnorm"]
+    assert old.slot_args["rmsnorm"][0].shape == (4, 1, model.args.dim)
     with pytest.raises(ValueError):
         graphs.bucket(5)
 
@@ -92,3 +97,8 @@ def test_cuda_graph_decode_matches_eager_on_gpu() -> None:
     got = decode(graphs, prompt, 6)
     want, _ = generate(model, prompt, 6)
     assert graphs.stats.replays > 0 and torch.equal(got, want)
+    # a swap re-captures with only the swapped op warmed up, and decodes the same tokens
+    table.swap("rmsnorm", lambda x, w, eps: REFERENCES["rmsnorm"](x, w, eps), "same-but-new")
+    again = decode(graphs, prompt, 6)
+    assert graphs.stats.last["targeted_warmup"] and graphs.stats.last["warmed_slots"] == ["rmsnorm"]
+    assert torch.equal(again, want)

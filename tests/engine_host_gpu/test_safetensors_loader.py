@@ -80,3 +80,26 @@ def test_bad_files_are_clear_errors(tmp_path) -> None:
     save_file({"norm": torch.ones(3)}, path)
     with pytest.raises(CheckpointError, match="shape"):
         load_into(_model(1), path)
+
+
+def test_an_engine_worker_starts_on_a_checkpoint_and_refuses_a_bad_one(tmp_path) -> None:
+    from services.engine_host.runtime import Runtime
+    from services.engine_host.worker import WorkerSpec
+
+    src = _model(7)
+    path = tmp_path / "real.safetensors"
+    save_file(dict(src.named_parameters()), path)
+    spec = WorkerSpec(tier="slow", model="llama-tiny", n_layers=None, seed=0, device="cpu", data_dir=str(tmp_path),
+                      max_batch=2, max_seq=32, checkpoint=str(path))
+    rt = Runtime(spec, lambda _msg: None)
+    assert rt.info()["weights"] == str(path) and rt.info()["start_stages"]["weights_s"] > 0
+    prompt = [5, 9, 13]
+    want = rt.generate(prompt, 4, [])["tokens"]
+    seeded = Runtime(WorkerSpec(**{**spec.__dict__, "checkpoint": "", "seed": 7}), lambda _msg: None)
+    assert seeded.generate(prompt, 4, [])["tokens"] == want  # the file's weights, not seed 0's
+    fast = Runtime(WorkerSpec(**{**spec.__dict__, "n_layers": 1}), lambda _msg: None)  # fewer layers: fine
+    assert fast.info()["layers"] == 1
+    small = tmp_path / "small.safetensors"
+    save_file({"norm": torch.ones(3)}, small)
+    with pytest.raises(CheckpointError, match="shape"):
+        Runtime(WorkerSpec(**{**spec.__dict__, "checkpoint": str(small)}), lambda _msg: None)

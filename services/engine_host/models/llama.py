@@ -210,8 +210,9 @@ def init_weights(model: Transformer, seed: int) -> None:
 
 
 def build_model(args: ModelArgs, slots: SlotTable, *, seed: int, device: str = "cpu",
-                max_batch: int = 8, max_seq: int | None = None) -> Transformer:
-    """Allocate on the device, fill the seeded weights in the target dtype, preallocate the caches."""
+                max_batch: int = 8, max_seq: int | None = None, init: bool = True) -> Transformer:
+    """Allocate on the device, fill the seeded weights in the target dtype (unless `init` is False: a
+    checkpoint will overwrite them), preallocate the caches."""
     previous = torch.get_default_dtype()
     torch.set_default_dtype(args.torch_dtype)  # allocate in the target dtype: no fp32 copy of 8B weights
     try:
@@ -219,7 +220,8 @@ def build_model(args: ModelArgs, slots: SlotTable, *, seed: int, device: str = "
             model = Transformer(args, slots)
     finally:
         torch.set_default_dtype(previous)
-    init_weights(model, seed)
+    if init:
+        init_weights(model, seed)
     model.setup_caches(max_batch, max_seq)
     return model.eval()
 
