@@ -85,9 +85,12 @@ def injected(traces: Path, windows: list[float], seeds: int) -> list[dict]:
         for window in windows:
             cfg = config_for(window)
             for shift in SHIFTS:
-                delays, early, named = [], 0, 0
+                delays, idle, early, named = [], [], 0, 0
                 for seed in range(seeds):
                     stream = block_bootstrap(source, T0 + 600, seed=seed, start_s=lo, end_s=hi, block_s=block)
+                    # a shift is observable only from its first request on: idle minutes after t0 (code's
+                    # rate alternates between idle and busy minutes) are reported, not blamed on the detector
+                    idle.append(next((r.arrival_s for r in stream if r.arrival_s >= T0), T0 + 600) - T0)
                     drifts = run(decorate(stream, shift.before, shift.after, T0, seed=seed), cfg)
                     early += sum(1 for d in drifts if d.t_s < T0)
                     hits = [d.t_s - T0 for d in drifts
@@ -97,10 +100,13 @@ def injected(traces: Path, windows: list[float], seeds: int) -> list[dict]:
                                   & set(shift.metrics)), None)
                     named += first is not None and shift.metrics[0] in {c.metric for c in first.changes}
                 found = [d for d in delays if d is not None]
+                observed = [d - i for d, i in zip(delays, idle, strict=True) if d is not None]
                 rows.append({
                     "trace": name, "window_s": window, "shift": shift.name, "metrics": list(shift.metrics),
                     "delays_s": delays, "median_delay_s": statistics.median(found) if found else None,
                     "within_2min": sum(1 for d in found if d <= HORIZON), "runs": seeds,
+                    "idle_after_t0_s": idle,
+                    "within_2min_of_first_request": sum(1 for d in observed if d <= HORIZON),
                     "alarms_before_shift": early, "first_event_names_primary": named,
                 })
                 print(f"  {name:32} w={window:4.0f} {shift.name:28} delays={delays}", flush=True)
@@ -219,13 +225,14 @@ def markdown(result: dict) -> str:
         if not info["changes"]:
             lines.append(f"| {name} | - | none | | |")
     lines += ["", f"### Injected shifts at t0 = {T0:.0f} s (delay to the first event naming the shifted metric)", "",
-              "| stationary source | window (s) | shift | median delay (s) | within 2 min | alarms before t0 "
-              "| first event names the primary metric |",
-              "|---|---|---|---|---|---|---|"]
+              "| stationary source | window (s) | shift | median delay (s) | within 2 min | within 2 min of the first "
+              "shifted request | alarms before t0 | first event names the primary metric |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in result["injected"]:
         delay = "-" if r["median_delay_s"] is None else f"{r['median_delay_s']:.0f}"
         lines.append(f"| {r['trace']} | {r['window_s']:.0f} | {r['shift']} | {delay} | "
-                     f"{r['within_2min']}/{r['runs']} | {r['alarms_before_shift']} | "
+                     f"{r['within_2min']}/{r['runs']} | {r.get('within_2min_of_first_request', '-')}/{r['runs']} | "
+                     f"{r['alarms_before_shift']} | "
                      f"{r.get('first_event_names_primary', '-')}/{r['runs']} |")
     lines += ["", "### False alarms on stationary traffic (block bootstrap)", "",
               "| stationary source | window (s) | hours | alarms per 10 h | by metric |", "|---|---|---|---|---|"]

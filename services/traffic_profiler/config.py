@@ -38,7 +38,8 @@ class DetectorConfig:
     #                                  of idle or burst in a bursty trace must not make the baseline)
     rate_ratio_min: float = 3.0     # rate change factor that counts as drift (either direction) ...
     rate_p_max: float = 0.05        # ... if also significant against per-minute variability (checks.py)
-    rate_persistence_s: float = 120.0  # ... and sustained this long (minutes of bursts are not drift)
+    rate_persistence_s: float = 240.0  # ... and sustained this long (minutes of bursts are not drift: at
+    #                                   120 s the code trace's busy stretches alarmed once per 10 h)
     hit_delta_min: float = 0.1      # absolute change of the prefix-cache token hit rate ...
     hit_p_max: float = 1e-4         # ... with a burst-adjusted p-value below this (checks.py)
     hit_p_moved: float = 1e-2       # ... or this, to be listed in an event another metric fired
