@@ -66,6 +66,16 @@ SLOTS: dict[str, SlotSignature] = {
 }
 
 REGIONS = ("attn_block", "mlp_block", "layer", "step")
+# A region candidate declares REGION = name and `kernel(module, *args)`: the module (its weights, KV
+# cache, and for `step` the whole model) then the module's own forward arguments; it returns what that
+# forward returns (mlp_block/attn_block/layer: [B,S,E]; step: float32 logits [B,S,V] or [B,1,V]).
+REGION_PARAMS: dict[str, tuple[str, ...]] = {
+    "mlp_block": ("module", "x"),
+    "attn_block": ("module", "x", "freqs_cis", "mask", "input_pos", "kv_len"),
+    "layer": ("module", "x", "freqs_cis", "mask", "input_pos", "kv_len"),
+    "step": ("module", "idx", "input_pos", "kv_len", "last_only"),
+}
+assert set(REGION_PARAMS) == set(REGIONS)
 BACKENDS = ("torch", "triton", "compile")
 
 

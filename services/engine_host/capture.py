@@ -83,7 +83,7 @@ def _tokens(rt: Runtime, shape: Shape) -> Tensor:
 
 
 @contextmanager
-def _at_shape(rt: Runtime, shape: Shape) -> Iterator[Callable[[], Tensor]]:
+def at_shape(rt: Runtime, shape: Shape) -> Iterator[Callable[[], Tensor]]:
     """Prepare the KV cache for `shape` and yield a function that runs one step at it."""
     tokens, model, dev = _tokens(rt, shape), rt.model, rt.device
     T = shape.context
@@ -127,7 +127,7 @@ def capture(rt: Runtime, shapes: list[Shape], only_missing: bool = False) -> dic
         if only_missing and rt.captured.has(shape.key):
             continue
         recorded: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
-        with torch.inference_mode(), _at_shape(rt, shape) as step, \
+        with torch.inference_mode(), at_shape(rt, shape) as step, \
                 rt.table.wrapped(_recorder(recorded, rt.captured.per_slot)):
             step()
             if shape.phase == "decode":
@@ -169,7 +169,7 @@ def profile(rt: Runtime, shapes: list[Shape], steps: int = 5) -> dict[str, Any]:
         calls: dict[str, int] = defaultdict(int)
         acc: dict[str, float] = defaultdict(float)
         wrap = _timer(rt, acc, calls)
-        with torch.inference_mode(), _at_shape(rt, shape) as step:
+        with torch.inference_mode(), at_shape(rt, shape) as step:
             step()  # warm-up
             with rt.table.wrapped(wrap):
                 for _ in range(steps):

@@ -33,6 +33,7 @@ class RegionTable:
         self.model = model
         self.versions: dict[str, int] = dict.fromkeys(REGIONS, 0)
         self.installed: dict[str, str] = dict.fromkeys(REGIONS, REFERENCE_ID)
+        self.kernels: dict[str, Callable[..., Any] | None] = dict.fromkeys(REGIONS)  # None: the reference
         self._recording: set[str] | None = None
 
     def modules(self, region: str) -> list[nn.Module]:
@@ -62,16 +63,40 @@ class RegionTable:
         self.modules(region)  # validates the name
         previous = self.installed[region]
         self._bind(region, kernel)
-        self.installed[region] = candidate_id
+        self.installed[region], self.kernels[region] = candidate_id, kernel
         self.versions[region] += 1
         return previous
 
     def rollback(self, region: str) -> str:
         previous = self.installed[region]
         self._bind(region, None)
-        self.installed[region] = REFERENCE_ID
+        self.installed[region], self.kernels[region] = REFERENCE_ID, None
         self.versions[region] += 1
         return previous
+
+    def snapshot(self) -> dict[str, tuple[str, Callable[..., Any] | None]]:
+        return {r: (self.installed[r], self.kernels[r]) for r in REGIONS}
+
+    def restore(self, snapshot: dict[str, tuple[str, Callable[..., Any] | None]]) -> None:
+        for region, (cid, kernel) in snapshot.items():
+            if self.installed[region] == cid and self.kernels[region] is kernel:
+                continue
+            if kernel is None:
+                self.rollback(region)
+            else:
+                self.install(region, kernel, cid)
+
+    @contextmanager
+    def reference(self, region: str) -> Iterator[None]:
+        """The region on its reference forward for the duration (timing the incumbent of a region
+        that holds a candidate is done by the caller; this is for checks against the reference)."""
+        saved = self.snapshot()
+        if self.kernels[region] is not None:
+            self.rollback(region)
+        try:
+            yield
+        finally:
+            self.restore(saved)
 
     @contextmanager
     def recording(self, used: set[str]) -> Iterator[None]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from services.common.slot_specs import BACKENDS, SLOTS, candidate_id
+from services.common.slot_specs import BACKENDS, REGION_PARAMS, SLOTS, candidate_id
 
 
 class LoadError(Exception):
@@ -54,9 +54,9 @@ def _write_once(path: Path, source: str) -> None:
 
 
 def load_candidate(source: str, slot: str, kernels_dir: Path, cid: str | None = None) -> LoadedCandidate:
-    """Write, import and validate a candidate for `slot`. Raises LoadError with a clear reason."""
-    if slot not in SLOTS:
-        raise LoadError(f"unknown slot {slot!r}; known: {', '.join(SLOTS)}")
+    """Write, import and validate a candidate for `slot` (or a region). Raises LoadError with a clear reason."""
+    if slot not in SLOTS and slot not in REGION_PARAMS:
+        raise LoadError(f"unknown slot {slot!r}; known: {', '.join(SLOTS)}; regions: {', '.join(REGION_PARAMS)}")
     if not source.strip():
         raise LoadError("empty source")
     digest = candidate_id(slot, source)
@@ -84,11 +84,12 @@ def load_candidate(source: str, slot: str, kernels_dir: Path, cid: str | None = 
 
 
 def _validate(module: Any, slot: str) -> tuple[str, Callable[..., Any]]:
-    declared = getattr(module, "SLOT", None)
+    word = "REGION" if slot in REGION_PARAMS else "SLOT"
+    declared = getattr(module, word, None)
     if declared is None:
-        raise LoadError("module defines no SLOT")
+        raise LoadError(f"module defines no {word}")
     if declared != slot:
-        raise LoadError(f"SLOT = {declared!r} but the candidate was proposed for slot {slot!r}")
+        raise LoadError(f"{word} = {declared!r} but the candidate was proposed for {word.lower()} {slot!r}")
     backend = getattr(module, "BACKEND", None)
     if backend not in BACKENDS:
         raise LoadError(f"BACKEND = {backend!r}; expected one of {', '.join(BACKENDS)}")
@@ -97,7 +98,7 @@ def _validate(module: Any, slot: str) -> tuple[str, Callable[..., Any]]:
         raise LoadError("module defines no kernel(...)")
     if not callable(kernel):
         raise LoadError(f"kernel is a {type(kernel).__name__}, not callable")
-    params = SLOTS[slot].params
+    params = REGION_PARAMS[slot] if slot in REGION_PARAMS else SLOTS[slot].params
     try:
         signature = inspect.signature(kernel)
     except (TypeError, ValueError):  # compiled or C callables may not expose one: calling will tell

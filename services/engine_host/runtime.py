@@ -16,9 +16,11 @@ from typing import Any
 
 import torch
 
-from services.engine_host import capture, slotbench
+from services.common.slot_specs import REGIONS
+from services.engine_host import capture, regionbench, slotbench
 from services.engine_host.cuda_graphs import DecodeGraphs, buckets_for
 from services.engine_host.cuda_graphs import generate as graph_generate
+from services.engine_host.gpu_regions import RegionTable
 from services.engine_host.inputs import Shape, resolve
 from services.engine_host.loader import LoadedCandidate, LoadError, error_line, load_candidate
 from services.engine_host.models.llama import build_model, generate, model_args
@@ -64,6 +66,7 @@ class Runtime:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.start_stages["weights_s"] = time.perf_counter() - began
+        self.regions = RegionTable(self.model)  # fused candidates for whole blocks (gpu_regions.py)
         self.kernels_dir = Path(spec.data_dir) / "kernels"
         self.timer: Timer = CudaTimer() if self.device.type == "cuda" else CpuTimer()
         self.settings = Settings(rounds=spec.rounds, samples=spec.samples, target_sample_s=spec.target_sample_s,
@@ -76,7 +79,8 @@ class Runtime:
         # whose graphs call the swapped slot, lazily, when they next run (cuda_graphs.py)
         self.graphs: DecodeGraphs | None = None
         if self.device.type == "cuda" and spec.graphs:
-            self.graphs = DecodeGraphs(self.model, self.table, buckets_for(self.model.max_batch))
+            self.graphs = DecodeGraphs(self.model, self.table, buckets_for(self.model.max_batch),
+                                       regions=self.regions)
             for bucket in spec.warm_buckets:
                 self.graphs.step(torch.ones(bucket, dtype=torch.long, device=self.device), self.model.max_seq - 1)
             torch.cuda.synchronize(self.device)
@@ -87,7 +91,8 @@ class Runtime:
     def info(self) -> dict[str, Any]:
         return {
             "tier": self.spec.tier, "device": str(self.device), "hardware": hardware_name(self.device),
-            "layers": self.args.n_layers, "slots": self.table.ids(), "vocab_size": self.args.vocab_size,
+            "layers": self.args.n_layers, "slots": self.table.ids(), "regions": dict(self.regions.installed),
+            "vocab_size": self.args.vocab_size,
             "max_seq": self.model.max_seq, "dtype": self.args.dtype, "torch": torch.__version__,
             "graphs": self.graphs is not None, "captured": self.captured.counts(),
             "weights": self.spec.checkpoint or f"random (seed {self.spec.seed})",
@@ -118,8 +123,13 @@ class Runtime:
         try:
             cand = self.load(source, slot, candidate_id)
         except LoadError as exc:
-            return {"status": "LOAD_ERROR", "error": str(exc), "previous": self.table.installed_id(slot)}
+            return {"status": "LOAD_ERROR", "error": str(exc), "previous": self.installed_id(slot)}
         loaded = time.perf_counter()
+        if slot in REGIONS:  # its JIT happens in the warm-up step of the next graph capture
+            previous = self.regions.install(slot, cand.kernel, cand.candidate_id)
+            return {"status": "OK", "previous": previous, "installed": cand.candidate_id,
+                    "swap_s": time.perf_counter() - start, "load_s": loaded - start, "jit_s": 0.0,
+                    "version": self.table.version}
         if warm:
             shape = self.shapes([("decode", 1, min(256, self.model.max_seq - 4), 1.0)])
             _, args = slotbench.random_sets(self, slot, shape, 0)[0]
@@ -136,9 +146,12 @@ class Runtime:
                 "swap_s": time.perf_counter() - start, "load_s": loaded - start, "jit_s": jit - loaded,
                 "version": self.table.version}
 
+    def installed_id(self, slot: str) -> str:
+        return self.regions.installed[slot] if slot in REGIONS else self.table.installed_id(slot)
+
     def rollback(self, slot: str) -> dict[str, Any]:
-        previous = self.table.rollback(slot)
-        return {"status": "OK", "previous": previous, "installed": self.table.installed_id(slot),
+        previous = self.regions.rollback(slot) if slot in REGIONS else self.table.rollback(slot)
+        return {"status": "OK", "previous": previous, "installed": self.installed_id(slot),
                 "version": self.table.version}
 
     # -- benchmark, run, profile ------------------------------------------------------------
@@ -147,10 +160,12 @@ class Runtime:
         try:
             cand = self.load(source, slot, candidate_id)
         except LoadError as exc:
-            return {"status": "LOAD_ERROR", "reason": str(exc), "incumbent_id": self.table.installed_id(slot)}
+            return {"status": "LOAD_ERROR", "reason": str(exc), "incumbent_id": self.installed_id(slot)}
         settings = self.settings if rounds <= 0 else replace(self.settings, rounds=rounds)
         # the heaviest buckets only: a benchmark's time grows with every shape it runs at
         heaviest = self.shapes(shapes, self.spec.max_shapes)
+        if slot in REGIONS:  # on the region module's inputs from real steps at those shapes
+            return regionbench.benchmark(self, cand, [self._forward_shape(s) for s in heaviest], settings)
         keys = None
         if self.spec.capture_shapes:  # the real-data tier: also time on inputs captured at these shapes
             fwd = [self._forward_shape(s) for s in heaviest]
@@ -160,6 +175,9 @@ class Runtime:
 
     def run_slot(self, source: str, slot: str, candidate_id: str, input_source: str, shapes: list[RawShape],
                  seed: int = 0, max_inputs: int = 0) -> dict[str, Any]:
+        if slot in REGIONS:
+            return {"status": "LOAD_ERROR", "runs": [],
+                    "error": f"{slot} is a region: regions are checked in benchmark and end to end (generate)"}
         cand = None
         if source.strip():
             try:
@@ -202,18 +220,24 @@ class Runtime:
             raise ValueError(f"prompt tokens must lie in [0, {self.args.vocab_size})")
         if len(prompt) + steps > self.model.max_seq:
             raise ValueError(f"prompt {len(prompt)} + steps {steps} exceeds max_seq {self.model.max_seq}")
-        saved = self.table.snapshot()
+        saved, saved_regions = self.table.snapshot(), self.regions.snapshot()
         start = time.perf_counter()
         try:
             if reference_only:
                 for slot in saved:
                     self.table.rollback(slot)
+                for region in REGIONS:
+                    if self.regions.kernels[region] is not None:  # a no-op rollback would still re-capture
+                        self.regions.rollback(region)
             for source, slot, cid in overrides:
                 try:
                     cand = self.load(source, slot, cid)
                 except LoadError as exc:
                     return {"status": "LOAD_ERROR", "error": f"override {cid or slot}: {exc}"}
-                self.table.swap(slot, cand.kernel, cand.candidate_id)
+                if slot in REGIONS:
+                    self.regions.install(slot, cand.kernel, cand.candidate_id)
+                else:
+                    self.table.swap(slot, cand.kernel, cand.candidate_id)
             idx = torch.tensor([prompt], dtype=torch.long, device=self.device)
             try:
                 if self.graphs is not None:  # the production path: one graph replay per decode step
@@ -224,6 +248,7 @@ class Runtime:
                 return {"status": "RAISED", "error": error_line(exc)}
         finally:
             self.table.restore(saved)
+            self.regions.restore(saved_regions)
         reply: dict[str, Any] = {"status": "OK", "tokens": tokens[0].tolist(),
                                  "seconds": time.perf_counter() - start}
         if return_logits and logits is not None:

@@ -23,7 +23,7 @@ from services.common.bus import Bus, Delivery, Poison, parse
 from services.common.config import CommonSettings, Env
 from services.common.grpc_server import mark_serving
 from services.common.log import get_logger
-from services.common.slot_specs import SLOTS
+from services.common.slot_specs import REGIONS, SLOTS
 from services.engine_host.config import EngineHostConfig
 from services.engine_host.engine import Engine
 from services.engine_host.grpc_api import SERVICE_NAME, build_server
@@ -145,7 +145,7 @@ class EngineHostService:
 
     # -- kernel.promoted / kernel.demoted ---------------------------------------------------
     def _ours(self, model: str, hardware: str, slot: str, what: str) -> bool:
-        if slot not in SLOTS:
+        if slot not in SLOTS and slot not in REGIONS:
             raise Poison(f"{what} for unknown slot {slot!r}")
         if model and model != self.model:
             return False
