@@ -412,6 +412,20 @@ def hot_swap(b: Bench, name: str) -> None:
     b.m("inprocess.hot_swap_stale_after", stale)
 
 
+FUSED_MLP_REGION = """
+import torch
+import torch.nn.functional as F
+
+REGION = "mlp_block"
+BACKEND = "torch"
+
+
+def kernel(module, x):
+    gate, up = F.linear(x, torch.cat([module.w1, module.w3])).chunk(2, dim=-1)
+    return F.linear(F.silu(gate.float()).to(x.dtype) * up, module.w2)
+"""
+
+
 def slow_tier(b: Bench) -> None:
     """The slow tier as the host runs it: a worker with the whole 1B model, slot inputs captured at
     traffic-drawn shapes; each rank candidate is checked and timed on captured AND fresh random inputs,
@@ -457,6 +471,16 @@ def slow_tier(b: Bench) -> None:
                   f"e2e {e2e and round(e2e['tok_s'])}", flush=True)
             b.res["slow_tier_runs"] = rows
             b.save()
+        # a region candidate through the same worker: a fused MLP block (gate and up in one GEMM)
+        t = time.perf_counter()
+        out = run_loop(tier.call("benchmark", 300.0, source=FUSED_MLP_REGION, slot="mlp_block",
+                                 candidate_id=candidate_id("mlp_block", FUSED_MLP_REGION), shapes=traffic_shapes(),
+                                 rounds=6 if b.smoke else 20))
+        b.res["region_candidate"] = {k: out.get(k) for k in ("status", "reason", "speedup", "speedup_lo",
+                                                             "speedup_hi", "aa_spread", "per_item")}
+        b.m("region_candidate.mlp_block.status", out["status"])
+        b.m("region_candidate.mlp_block.speedup", out.get("speedup"))
+        b.m("region_candidate.mlp_block.s", round(time.perf_counter() - t, 2))
     finally:
         run_loop(tier.stop())
     b.m("slow_tier_reference_bs64_tok_s", round(base["tok_s"], 1))
