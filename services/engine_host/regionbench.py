@@ -17,6 +17,7 @@ from services.engine_host import outputs
 from services.engine_host.capture import at_shape
 from services.engine_host.inputs import Shape, clone_args
 from services.engine_host.loader import LoadedCandidate, error_line
+from services.engine_host.slotbench import ok_result
 from services.engine_host.timing import Item, Settings, compare
 
 if TYPE_CHECKING:
@@ -81,10 +82,4 @@ def benchmark(rt: Runtime, cand: LoadedCandidate, shapes: list[Shape], settings:
             result = compare(incumbent, candidate, items, rt.timer, settings, rt.progress)
         except Exception as exc:
             return {**base, "status": "RAISED", "reason": f"raised while timed: {error_line(exc, cand.path)}"}
-    return {
-        **base, "status": "OK", "reason": "",
-        "incumbent": vars(result.incumbent), "candidate": vars(result.candidate),
-        "aa_spread": result.aa_spread, "speedup": result.speedup,
-        "speedup_lo": result.speedup_lo, "speedup_hi": result.speedup_hi, "per_item": result.per_item,
-        "per_group": result.per_group, "captured_sets_checked": len(items),
-    }
+    return ok_result(base, result, len(items))

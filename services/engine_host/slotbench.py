@@ -16,7 +16,7 @@ from services.engine_host import outputs
 from services.engine_host.inputs import CallSite, Shape, call_sites, clone_args
 from services.engine_host.loader import LoadedCandidate, error_line
 from services.engine_host.slots import REFERENCES
-from services.engine_host.timing import Item, Settings, compare
+from services.engine_host.timing import Comparison, Item, Settings, compare
 
 if TYPE_CHECKING:
     from services.engine_host.runtime import Runtime
@@ -108,12 +108,17 @@ def benchmark(rt: Runtime, cand: LoadedCandidate, shapes: list[Shape], settings:
         result = compare(incumbent, cand.kernel, items, rt.timer, settings, rt.progress)
     except Exception as exc:
         return {**base, "status": "RAISED", "reason": f"raised while timed: {error_line(exc, cand.path)}"}
+    return ok_result(base, result, n_captured)
+
+
+def ok_result(base: dict[str, Any], result: Comparison, checked: int) -> dict[str, Any]:
+    """A timed comparison as the worker reports it (slots and regions alike)."""
     return {
         **base, "status": "OK", "reason": "",
         "incumbent": vars(result.incumbent), "candidate": vars(result.candidate),
         "aa_spread": result.aa_spread, "speedup": result.speedup,
         "speedup_lo": result.speedup_lo, "speedup_hi": result.speedup_hi, "per_item": result.per_item,
-        "per_group": result.per_group, "captured_sets_checked": n_captured,
+        "per_group": result.per_group, "captured_sets_checked": checked,
     }
 
 
