@@ -767,7 +767,7 @@ def main() -> None:
     for name, batch in (("llama-3.2-1b", 1), ("llama-3.2-1b", 64), ("llama-3.1-8b", 1), ("llama-3.1-8b", 64)):
         if name in b.models and not (a.smoke and batch == 64):
             b.section(f"compile.{name}.bs{batch}", lambda n=name, bs=batch: compile_baseline(b, n, bs),
-                      60 if "1b" in name else 110)
+                      45 if "1b" in name else 65)
     if not a.smoke:
         b.section(f"compile_restart.{big}", lambda: compile_restart(b, big), 75)
     summary(b)
