@@ -151,19 +151,7 @@ class DecodeGraphs:
         else:
             stream = torch.cuda.Stream(self.device)
             stream.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(stream):  # warm-up off the capture: JIT, cuBLAS handles, allocator
-                if changed is not None and old is not None:
-                    # a slot swap: only the new ops need warming, on the arguments this bucket gave them
-                    # last time (real values from an eager step, so index-like inputs stay in range)
-                    assert self.table is not None
-                    for slot in changed:
-                        getattr(self.table, slot)(*old.slot_args[slot])
-                    cap.slot_args = old.slot_args
-                else:
-                    with self._recording(used, cap.slot_args):
-                        self._forward(cap.tokens, cap.pos)
-            torch.cuda.current_stream(self.device).wait_stream(stream)
-            torch.cuda.synchronize(self.device)
+            self._warm(cap, used, stream, changed, old)
             stage["warm_s"] = time.perf_counter() - began
             try:
                 self._graph(cap, used)
@@ -174,9 +162,7 @@ class DecodeGraphs:
                 # whole step and capture again
                 torch.cuda.synchronize(self.device)
                 changed, cap.slot_args = None, {}
-                with torch.cuda.stream(stream), self._recording(used, cap.slot_args):
-                    self._forward(cap.tokens, cap.pos)
-                torch.cuda.current_stream(self.device).wait_stream(stream)
+                self._warm(cap, used, stream, None, None)
                 self._graph(cap, used)
             stage["capture_s"] = time.perf_counter() - began - stage["warm_s"]
         cap.versions = self._current(sorted(used))  # read after the runs: a racing swap would show as stale
@@ -186,6 +172,23 @@ class DecodeGraphs:
         self.stats.last = {**stage, "total_s": cap.capture_s, "targeted_warmup": changed is not None,
                            "warmed_slots": changed or []}
         return cap
+
+    def _warm(self, cap: Capture, used: set[str], stream: Any, changed: list[str] | None,
+              old: Capture | None) -> None:
+        """Warm-up off the capture (JIT, cuBLAS handles, allocator) on a side stream."""
+        with torch.cuda.stream(stream):
+            if changed is not None and old is not None:
+                # a slot swap: only the new ops need warming, on the arguments this bucket gave them last
+                # time (real values from an eager step, so index-like inputs stay in range)
+                assert self.table is not None
+                for slot in changed:
+                    getattr(self.table, slot)(*old.slot_args[slot])
+                cap.slot_args = old.slot_args
+            else:
+                with self._recording(used, cap.slot_args):
+                    self._forward(cap.tokens, cap.pos)
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        torch.cuda.synchronize(self.device)
 
     def _graph(self, cap: Capture, used: set[str]) -> None:
         graph = torch.cuda.CUDAGraph()

@@ -69,6 +69,8 @@ class RegionTable:
 
     def rollback(self, region: str) -> str:
         previous = self.installed[region]
+        if self.kernels[region] is None:  # already the reference: no version bump, no graph re-capture
+            return previous
         self._bind(region, None)
         self.installed[region], self.kernels[region] = REFERENCE_ID, None
         self.versions[region] += 1
@@ -85,18 +87,6 @@ class RegionTable:
                 self.rollback(region)
             else:
                 self.install(region, kernel, cid)
-
-    @contextmanager
-    def reference(self, region: str) -> Iterator[None]:
-        """The region on its reference forward for the duration (timing the incumbent of a region
-        that holds a candidate is done by the caller; this is for checks against the reference)."""
-        saved = self.snapshot()
-        if self.kernels[region] is not None:
-            self.rollback(region)
-        try:
-            yield
-        finally:
-            self.restore(saved)
 
     @contextmanager
     def recording(self, used: set[str]) -> Iterator[None]:

@@ -52,8 +52,8 @@ def hardware_name(device: torch.device) -> str:
 class Runtime:
     def __init__(self, spec: WorkerSpec, progress: Callable[[str], None]) -> None:
         self.spec, self.progress = spec, progress
-        began = time.perf_counter()
         self.start_stages: dict[str, float] = {}  # seconds of each start stage, for cold-start reports
+        self._stage_began = time.perf_counter()
         self.device = resolve_device(spec.device)
         self.args = model_args(spec.model, spec.n_layers)
         self.table = SlotTable()
@@ -63,9 +63,7 @@ class Runtime:
         if spec.checkpoint:  # real weights: every parameter this tier holds must come from the file
             progress(f"loading {spec.checkpoint}")
             load_into(self.model, spec.checkpoint)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        self.start_stages["weights_s"] = time.perf_counter() - began
+        self._stage_done("weights_s")
         self.regions = RegionTable(self.model)  # fused candidates for whole blocks (gpu_regions.py)
         self.kernels_dir = Path(spec.data_dir) / "kernels"
         self.timer: Timer = CudaTimer() if self.device.type == "cuda" else CpuTimer()
@@ -74,7 +72,7 @@ class Runtime:
         self.captured = capture.CaptureStore(spec.capture_per_slot)
         if spec.capture_shapes:
             self.capture(list(spec.capture_shapes))
-        self.start_stages["captured_inputs_s"] = time.perf_counter() - began - self.start_stages["weights_s"]
+        self._stage_done("captured_inputs_s")
         # decode steps replay one CUDA graph per batch bucket; a swap re-captures only the buckets
         # whose graphs call the swapped slot, lazily, when they next run (cuda_graphs.py)
         self.graphs: DecodeGraphs | None = None
@@ -83,9 +81,14 @@ class Runtime:
                                        regions=self.regions)
             for bucket in spec.warm_buckets:
                 self.graphs.step(torch.ones(bucket, dtype=torch.long, device=self.device), self.model.max_seq - 1)
+        self._stage_done("graphs_s")
+
+    def _stage_done(self, name: str) -> None:
+        if self.device.type == "cuda":  # the stage's GPU work counts, not just its launches
             torch.cuda.synchronize(self.device)
-        self.start_stages["graphs_s"] = (time.perf_counter() - began - self.start_stages["weights_s"]
-                                         - self.start_stages["captured_inputs_s"])
+        now = time.perf_counter()
+        self.start_stages[name] = now - self._stage_began
+        self._stage_began = now
 
     # -- basics -----------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
@@ -125,12 +128,7 @@ class Runtime:
         except LoadError as exc:
             return {"status": "LOAD_ERROR", "error": str(exc), "previous": self.installed_id(slot)}
         loaded = time.perf_counter()
-        if slot in REGIONS:  # its JIT happens in the warm-up step of the next graph capture
-            previous = self.regions.install(slot, cand.kernel, cand.candidate_id)
-            return {"status": "OK", "previous": previous, "installed": cand.candidate_id,
-                    "swap_s": time.perf_counter() - start, "load_s": loaded - start, "jit_s": 0.0,
-                    "version": self.table.version}
-        if warm:
+        if warm and slot not in REGIONS:  # a region's JIT happens in the warm-up step of its next capture
             shape = self.shapes([("decode", 1, min(256, self.model.max_seq - 4), 1.0)])
             _, args = slotbench.random_sets(self, slot, shape, 0)[0]
             try:
@@ -141,7 +139,10 @@ class Runtime:
                 return {"status": "RAISED", "error": error_line(exc, cand.path),
                         "previous": self.table.installed_id(slot)}
         jit = time.perf_counter()
-        previous = self.table.swap(slot, cand.kernel, cand.candidate_id)
+        if slot in REGIONS:
+            previous = self.regions.install(slot, cand.kernel, cand.candidate_id)
+        else:
+            previous = self.table.swap(slot, cand.kernel, cand.candidate_id)
         return {"status": "OK", "previous": previous, "installed": cand.candidate_id,
                 "swap_s": time.perf_counter() - start, "load_s": loaded - start, "jit_s": jit - loaded,
                 "version": self.table.version}
@@ -227,8 +228,7 @@ class Runtime:
                 for slot in saved:
                     self.table.rollback(slot)
                 for region in REGIONS:
-                    if self.regions.kernels[region] is not None:  # a no-op rollback would still re-capture
-                        self.regions.rollback(region)
+                    self.regions.rollback(region)
             for source, slot, cid in overrides:
                 try:
                     cand = self.load(source, slot, cid)

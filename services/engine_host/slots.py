@@ -139,6 +139,8 @@ class SlotTable:
         if target not in self._known[slot]:
             raise KeyError(f"slot {slot!r} never held candidate {target!r}")
         previous = self._entries[slot].candidate_id
+        if previous == target:  # nothing changes: no version bump, so no graph re-capture
+            return previous
         self._set(slot, Entry(self._known[slot][target], target))
         return previous
 
