@@ -4,6 +4,17 @@ from __future__ import annotations
 
 import torch
 
+# odd row counts and widths (200 and 257 leave ragged tails), the three dtypes the models run in
+SHAPES = [(3, 7, 200), (1, 1, 96), (2, 5, 257)]
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+# launch variants of the two norm kernels; chunks of 64 run the row loop with a ragged tail (and in
+# add_rmsnorm, h is written in pass 1 and read back in pass 2)
+NORM_VARIANTS = {
+    "default": {},
+    "rows4-w8": {"ROWS_PER_PROGRAM": "4", "NUM_WARPS": "8"},
+    "chunk64-rows2": {"BLOCK_E": "64", "ROWS_PER_PROGRAM": "2", "NUM_STAGES": "3"},
+}
+
 TOL: dict[torch.dtype, dict[str, float]] = {
     torch.float32: dict(atol=1e-5, rtol=1e-5),
     # the interpreter rounds float32 -> bfloat16 toward zero where the GPU rounds to nearest: one ulp

@@ -8,15 +8,8 @@ import torch
 from services.agent_pool.library.triton import render
 from tests.triton_kernels import reference
 from tests.triton_kernels.conftest import Loader
-
-SHAPES = [(3, 7, 200), (1, 1, 96), (2, 5, 257)]
-DTYPES = [torch.float32, torch.bfloat16, torch.float16]
-VARIANTS = {
-    "default": {},
-    "rows4-w8": {"ROWS_PER_PROGRAM": "4", "NUM_WARPS": "8"},
-    # chunks of 64 make E=200 and E=257 run the loop with a ragged tail
-    "chunk64-rows2": {"BLOCK_E": "64", "ROWS_PER_PROGRAM": "2", "NUM_STAGES": "3"},
-}
+from tests.triton_kernels.reference import DTYPES, SHAPES
+from tests.triton_kernels.reference import NORM_VARIANTS as VARIANTS
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))

@@ -8,9 +8,8 @@ import torch
 from services.agent_pool.library.triton import render
 from tests.triton_kernels import reference
 from tests.triton_kernels.conftest import Loader
+from tests.triton_kernels.reference import DTYPES, SHAPES
 
-SHAPES = [(3, 7, 200), (1, 1, 96), (2, 5, 257)]
-DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 VARIANTS = {
     "default": {},
     # blocks of 64 columns: several column programs per row and a ragged last block
