@@ -198,6 +198,7 @@ class Bus:
                 log.error("malformed message ignored", subject=msg.subject, reason=str(exc))
 
         await self.nc.subscribe(subject, queue=queue, cb=on_msg)
+        await self.nc.flush()  # the server holds the interest once this returns
 
     # -- request / reply --------------------------------------------------------------------
     async def serve(
@@ -224,6 +225,9 @@ class Bus:
                 await msg.respond(reply.SerializeToString())
 
         await self.nc.subscribe(subject, queue=queue or subject, cb=on_request)
+        # the server holds the interest once this returns: a request sent right after a (re)start by
+        # another connection finds a responder instead of failing with NoResponders
+        await self.nc.flush()
 
     async def request(
         self, subject: str, message: Message, reply_type: type[R], timeout_s: float = 10.0
