@@ -51,7 +51,7 @@ HORIZON = 120.0     # "detected within 2 minutes"
 SOURCES = {
     "azure2023_conv.csv": (0.0, 1260.0, 60.0),
     "azure2023_code.csv": (0.0, 3400.0, 60.0),
-    "mooncake_synthetic_trace.jsonl": (660.0, 1020.0, 10.0),
+    "mooncake_synthetic_trace.jsonl": (830.0, 1020.0, 10.0),
 }
 
 

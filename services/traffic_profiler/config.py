@@ -26,12 +26,13 @@ class DetectorConfig:
     psi_min: float = 0.1            # ... and its population stability index ...
     p_max: float = 1e-8             # ... with a burst-adjusted p-value (KS or PSI) below this (noise.py)
     p_moved: float = 1e-5           # a metric this significant is listed in an event it did not fire
-    loc_ratio_min: float = 1.25     # location test: geometric means must differ by this factor ...
+    loc_ratio_min: float = 1.25     # location test: upper-half locations must differ by this factor ...
     loc_p_max: float = 3e-4         # ... with a burst-adjusted p-value below this (0: test off)
     loc_p_moved: float = 3e-3       # ... or this, to be listed in an event another metric fired
     phi_default: float = 1.5        # design effect before it is measured (length tests wait for it: noise.py)
     phi_max: float = 4.0
     phi_history_ticks: int = 360    # quiet ticks whose KS ratios give the measured design effect
+    noise_hold_s: float = 120.0     # a quiet tick joins the location wander history this much later
     phi_quantile: float = 0.5       # ... read off this quantile of their ratios (noise.py)
     rate_window_s: float = 600.0    # arrival rate is compared over this longer window (bursty traffic)
     rate_reference_s: float = 1800.0  # ... against a reference of up to this much traffic (30 min: minutes
@@ -41,7 +42,8 @@ class DetectorConfig:
     rate_persistence_s: float = 240.0  # ... and sustained this long (minutes of bursts are not drift: at
     #                                   120 s the code trace's busy stretches alarmed once per 10 h)
     hit_delta_min: float = 0.1      # absolute change of the prefix-cache token hit rate ...
-    hit_p_max: float = 1e-4         # ... with a burst-adjusted p-value below this (checks.py)
+    hit_p_max: float = 1e-5         # ... with a burst-adjusted p-value below this (checks.py; at 1e-4
+    #                                 a few huge prompts of resampled code traffic alarmed once per 60 h)
     hit_p_moved: float = 1e-2       # ... or this, to be listed in an event another metric fired
     expert_psi_min: float = 0.05    # PSI of the per-expert token shares
     tag_psi_min: float = 0.25       # PSI of the tag (region, tenant) mix

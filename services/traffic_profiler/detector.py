@@ -38,7 +38,7 @@ import numpy as np
 from proto.gen.polymorph.v1 import events_pb2 as ev
 from services.traffic_profiler.checks import METRICS, Check, check
 from services.traffic_profiler.config import DetectorConfig
-from services.traffic_profiler.noise import ks_effect, psi_effect, z_effect
+from services.traffic_profiler.noise import Levels, Noise
 from services.traffic_profiler.prefix_cache import PrefixCache
 from services.traffic_profiler.profile import Profile, build_profile
 from services.traffic_profiler.records import Record
@@ -126,8 +126,8 @@ class DriftDetector:
         self.first_t = 0.0
         self.next_tick: float | None = None
         self.refs: dict[str, Reference] = {}
-        h, d, cap, q = cfg.phi_history_ticks, cfg.phi_default, cfg.phi_max, cfg.phi_quantile
-        self.noise = {(m, w): (ks_effect(h, d, cap, q), psi_effect(h, d, cap, q), z_effect(h, d, cap, q))
+        hold = math.ceil(cfg.noise_hold_s / cfg.step_s)
+        self.noise = {(m, w): Noise.create(cfg.phi_history_ticks, cfg.phi_default, cfg.phi_max, cfg.phi_quantile, hold)
                       for m in (*LENGTHS, "prefix_hit_rate") for w in self._scales()}
         self.rebase_requested = False
         self.sim_since: float | None = None    # first record whose hit came from the simulated cache
@@ -242,18 +242,15 @@ class DriftDetector:
         for scale in scales:
             cur = self.rows.window(max(T - scale, ref.end), T)
             noise = self.noise.get((metric, scale))
-            # a length test waits until its design effect is measured: a default cannot know how bursty
-            # this traffic is, and an alarm in the first minutes would rest on a guess
-            # (the hit rate's shift is its own effect size and a cache warms late: it starts on the default)
-            phi = tuple(e.phi if e.measured or metric == "prefix_hit_rate" else math.inf for e in noise) \
-                if noise else (1.0, 1.0, 1.0)
-            c = check(metric, ref.data, cur, phi, self.cfg)
+            c = check(metric, ref.data, cur, noise.levels(metric) if noise else Levels(), self.cfg)
             if c is None:
                 continue
             if noise is not None and not c.over:
-                noise[0].add(c.ks_ratio)
-                noise[1].add(c.psi_ratio)
-                noise[2].add(c.z_ratio)
+                noise.ks.add(c.ks_ratio)
+                noise.psi.add(c.psi_ratio)
+                noise.hit.add(c.z_ratio)
+                if c.loc_shifts:
+                    noise.add_quiet(c.loc_shifts, c.loc_variances, c.loc_wander)
             if best is None or (c.over, c.moved, -c.pvalue) > (best.over, best.moved, -best.pvalue):
                 best = c
         return best
@@ -263,7 +260,10 @@ class DriftDetector:
 
     def _grow(self, metric: str, ref: Reference, T: float) -> None:
         # in steps of GROW_STEP_S, not every tick: the reference's derived values (sorted lengths,
-        # histograms, tag counts) are then computed once per step rather than at every tick
+        # histograms, tag counts) are then computed once per step rather than at every tick.
+        # Up to the short window only: while the reference grows, the long window is cut where it
+        # begins; holding the long window's 5 minutes back instead was measured to delay detection in
+        # the first 15 minutes far more than the longer window gains (benchmarks/drift_eval.py)
         target = min(T - self.cfg.window_s, ref.start + self._span(metric))
         step = min(GROW_STEP_S, ref.start + self._span(metric) - ref.end)
         if target - ref.end >= step and target > ref.end and ref.rebase_at is None:
@@ -293,6 +293,9 @@ class DriftDetector:
             current=build_profile(self.rows.window(max(T - self.cfg.window_s, ref.end), T), self.cfg),
         )
         for c in changes:  # each reported metric rests, then re-bases onto its new regime
+            for scale in self._scales():  # the ticks since the change began are not its quiet noise
+                if (noise := self.noise.get((c.metric, scale))) is not None:
+                    noise.discard_pending()
             r = self.refs[c.metric]
             r.cooldown_until = r.rebase_at = T + self.cfg.cooldown_s
             r.rebase_from = c.since_s if r.rebase_from is None else min(r.rebase_from, c.since_s)

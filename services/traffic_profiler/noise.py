@@ -1,4 +1,4 @@
-"""How much a window's length distribution wanders on its own: design effects for KS and PSI.
+"""How much a window's traffic wanders on its own: design effects and between-window wander.
 
 Real traffic is bursty: one user's burst brings many near-identical requests, so a window holds
 fewer independent samples than requests, and plain tests flag bursts as drift. The detector keeps,
@@ -11,20 +11,29 @@ independent samples of the same sizes would give:
 Their scale phi^2 (about 1 for independent requests, larger for clustered ones) makes each test
 cluster-robust: the KS p-value uses effective sample sizes n / phi^2, the PSI one the statistic
 PSI * n_h / phi^2 against chi2(df). A drift has to stand out from the traffic's usual
-window-to-window wander, whatever its burstiness. The location test (difference of mean log lengths,
-checks.py) is treated the same way: z / phi against the normal law, phi from its quiet |z| values.
-The scale is read off a quantile (phi_quantile) of the
-ratios (divided by the same quartile for independent samples), so a slow drift that has not fired
-yet, which inflates the upper ratios, barely raises its own threshold.
+window-to-window wander, whatever its burstiness. The hit-rate test is treated the same way: z / phi
+against the normal law, phi from its quiet |z| values. The scale is read off a quantile
+(phi_quantile) of the ratios (divided by the same quartile for independent samples), so a slow drift
+that has not fired yet, which inflates the upper ratios, barely raises its own threshold.
+
+The prompt location test (location.py) needs a second level instead: a window's mix of prompts
+wanders by about the same amount whether it holds 50 requests or 500, so that wander adds to the
+sampling variance rather than multiplying it (`WanderEffect`). A design effect measured on a trace's
+busy minutes would otherwise swamp a quiet minute's real shift, and one measured on quiet minutes
+would let a busy minute's wander through.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import special, stats
+
+from services.traffic_profiler.location import ESTIMATORS
 
 KOLMOGOROV_MEDIAN = float(special.kolmogi(0.5))
 MIN_HISTORY = 30   # quiet ticks (5 min at 10 s) before the scale is measured and length tests may fire
@@ -113,3 +122,98 @@ def z_effect(history: int, default: float, cap: float, quantile: float) -> Desig
 def psi_effect(history: int, default: float, cap: float, quantile: float) -> DesignEffect:
     iid = float(stats.chi2.ppf(quantile, PSI_DF) / stats.chi2.median(PSI_DF))
     return DesignEffect(history, default, cap, quantile, iid, squared=True)
+
+
+class WanderEffect:
+    """Between-window variance tau^2 of a location shift d (current - reference).
+
+    var(d) = v + tau^2 c: v is d's variance for independent requests, c = 1 + window / reference
+    duration (both windows wander, the reference less the longer it is). tau^2 solves
+    median(d^2 / (v + tau^2 c)) = median of chi2(1) over the quiet ticks. A tick joins that history
+    only `hold` ticks later, and not at all when its metric fired meanwhile, so a shift that has not
+    fired yet cannot inflate its own threshold in its first minutes.
+    """
+
+    def __init__(self, history: int, hold: int) -> None:
+        self.history: deque[tuple[float, float, float]] = deque(maxlen=history)
+        self.pending: deque[tuple[float, float, float]] = deque()
+        self.hold = hold
+        self._tau2 = math.inf
+        self._stale = REFRESH_EVERY
+
+    def add(self, shift: float, variance: float, wander: float) -> None:
+        self.pending.append((shift * shift, variance, wander))
+        while len(self.pending) > self.hold:
+            self.history.append(self.pending.popleft())
+            self._stale += 1
+
+    def discard_pending(self) -> None:
+        self.pending.clear()
+
+    @property
+    def measured(self) -> bool:
+        return len(self.history) >= MIN_HISTORY
+
+    @property
+    def tau2(self) -> float:
+        """inf until measured: the test must not fire on a guess of this traffic's wander."""
+        if not self.measured:
+            return math.inf
+        if self._stale >= REFRESH_EVERY:
+            d2, v, c = (np.array(column) for column in zip(*self.history, strict=True))
+            self._tau2 = _solve_tau2(d2, v, c, _chi2_median(1))
+            self._stale = 0
+        return self._tau2
+
+
+def _solve_tau2(d2: np.ndarray, v: np.ndarray, c: np.ndarray, target: float) -> float:
+    """The tau^2 >= 0 with median(d2 / (v + tau^2 c)) = target (bisection: the median falls with tau^2)."""
+    if np.median(d2 / np.maximum(v, 1e-12)) <= target:
+        return 0.0
+    lo, hi = 0.0, float(d2.max() / c.min())
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if np.median(d2 / (v + mid * c)) > target else (lo, mid)
+    return hi
+
+
+@dataclass(frozen=True)
+class Levels:
+    """The noise levels one check runs against (inf: not measured yet, the test cannot fire)."""
+
+    ks_phi: float = 1.0
+    psi_phi: float = 1.0
+    hit_phi: float = 1.0
+    location_tau2: tuple[float, ...] = (0.0,) * len(ESTIMATORS)  # per location estimator
+
+
+@dataclass
+class Noise:
+    """What the quiet ticks of one metric at one window size taught about the traffic's wander."""
+
+    ks: DesignEffect
+    psi: DesignEffect
+    hit: DesignEffect
+    location: tuple[WanderEffect, ...]  # per location estimator (location.ESTIMATORS)
+
+    @classmethod
+    def create(cls, history: int, default: float, cap: float, quantile: float, hold: int) -> Noise:
+        return cls(ks_effect(history, default, cap, quantile), psi_effect(history, default, cap, quantile),
+                   z_effect(history, default, cap, quantile),
+                   tuple(WanderEffect(history, hold) for _ in ESTIMATORS))
+
+    def add_quiet(self, shifts: tuple[float, ...], variances: tuple[float, ...], wander: float) -> None:
+        for effect, shift, variance in zip(self.location, shifts, variances, strict=True):
+            effect.add(shift, variance, wander)
+
+    def discard_pending(self) -> None:
+        for effect in self.location:
+            effect.discard_pending()
+
+    def levels(self, metric: str) -> Levels:
+        # a length test waits until its noise is measured: a default cannot know how bursty this
+        # traffic is, and an alarm in the first minutes would rest on a guess (the hit rate's shift is
+        # its own effect size and a cache warms late: it starts on the default)
+        def phi(e: DesignEffect) -> float:
+            return e.phi if e.measured or metric == "prefix_hit_rate" else math.inf
+        return Levels(phi(self.ks), phi(self.psi), phi(self.hit), tuple(e.tau2 for e in self.location))

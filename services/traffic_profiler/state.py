@@ -15,7 +15,7 @@ from services.common.log import get_logger
 from services.traffic_profiler.detector import Drift, DriftDetector
 
 log = get_logger("traffic_profiler")
-VERSION = 2  # 2: location-test design effects, cache warm-up state
+VERSION = 3  # 2: location-test design effects, cache warm-up state; 3: location wander (noise.py)
 
 
 @dataclass
