@@ -114,7 +114,7 @@ def ks_effect(history: int, default: float, cap: float, quantile: float) -> Desi
 
 
 def z_effect(history: int, default: float, cap: float, quantile: float) -> DesignEffect:
-    """Design effect of the location test's |z| (difference of mean log lengths, checks.py)."""
+    """Design effect of a |z| statistic (the hit-rate shift, checks.py)."""
     iid = float(special.ndtri(0.5 + quantile / 2))
     return DesignEffect(history, default, cap, quantile, iid, squared=False)
 
