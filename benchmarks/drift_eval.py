@@ -82,13 +82,13 @@ def real_traces(traces: Path) -> dict:
     return out
 
 
+_SOURCE_CACHE: dict[str, list] = {}  # per worker process: each trace is read once, not per run
+
+
 def _source(traces: Path, name: str) -> list:
     if name not in _SOURCE_CACHE:
         _SOURCE_CACHE[name] = list(read_trace(traces / name))
     return _SOURCE_CACHE[name]
-
-
-_SOURCE_CACHE: dict[str, list] = {}
 
 
 def _injected_run(job: tuple) -> tuple:
@@ -373,12 +373,11 @@ def main() -> int:
     print("real traces", flush=True)
     result: dict = {"real_traces": real_traces(args.traces)}
     print("injected shifts", flush=True)
-    workers = args.workers
-    result["injected"] = injected(args.traces, windows, seeds=2 if args.quick else 16, workers=workers)
+    result["injected"] = injected(args.traces, windows, seeds=2 if args.quick else 16, workers=args.workers)
     print("false alarms", flush=True)
     result["false_alarms"] = false_alarms(args.traces, windows, hours=2.0 if args.quick else 10.0,
                                           default_streams=1 if args.quick else 8,
-                                          other_streams=1 if args.quick else 2, workers=workers)
+                                          other_streams=1 if args.quick else 2, workers=args.workers)
     print("throughput", flush=True)
     result["throughput"] = throughput(args.traces)
     cfg = DetectorConfig()

@@ -25,7 +25,7 @@ import numpy as np
 from scipy import stats as sps
 
 from services.traffic_profiler.config import DetectorConfig
-from services.traffic_profiler.location import locations, unit_variances
+from services.traffic_profiler.location import Location, locations, unit_variances
 from services.traffic_profiler.noise import Levels, ks_pvalue, ks_ratio, psi_pvalue, psi_ratio, z_pvalue
 from services.traffic_profiler.stats import category_psi, ks_sorted, log_histogram, psi
 from services.traffic_profiler.window import WindowData
@@ -46,38 +46,32 @@ class Check:
     ks_ratio: float = 0.0     # statistics relative to independent samples (noise.py), for phi
     psi_ratio: float = 0.0
     z_ratio: float = 0.0      # |z| of the hit-rate shift, for its phi
-    ratio: float = 1.0        # location ratio current / reference (prompt and output lengths)
-    loc_shifts: tuple[float, ...] = ()     # per location estimator: shift in log space and its variance
-    loc_variances: tuple[float, ...] = ()  # for independent requests; with the wander factor, for tau^2
-    loc_wander: float = 1.0
+    ratio: float = 1.0        # location ratio current / reference (prompts)
+    locations: tuple[Location, ...] = ()  # per location estimator (prompts), with the wander
+    loc_wander: float = 1.0               # factor: what the quiet ticks teach tau^2 (noise.py)
 
 
-def _column_stats(w: WindowData, column: str) -> tuple[np.ndarray, np.ndarray, tuple[float, ...]]:
-    """Sorted values, octave histogram and locations (location.py) of a column, computed once per window."""
-    def compute() -> tuple[np.ndarray, np.ndarray, tuple[float, ...]]:
+def _column_stats(w: WindowData, column: str) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted values and octave histogram of a column, computed once per window."""
+    def compute() -> tuple[np.ndarray, np.ndarray]:
         values = np.sort(getattr(w, column))
-        return values, log_histogram(values), locations(values)
+        return values, log_histogram(values)
     return w.derived(column, compute)
 
 
-@dataclass(frozen=True)
-class Location:
-    """One location estimator's shift (log, current - reference), its variance for independent
-    requests and its p-value against that plus the measured wander."""
-
-    shift: float
-    variance: float
-    pvalue: float
+def _locations(w: WindowData, column: str) -> tuple[float, ...]:
+    return w.derived(column + ":locations", lambda: locations(_column_stats(w, column)[0]))
 
 
 def location_checks(ref_w: WindowData, cur_w: WindowData, column: str,
                     tau2: tuple[float, ...]) -> tuple[tuple[Location, ...], float]:
     """Each estimator's location shift, and the wander factor both windows' wander adds (noise.py)."""
-    (ref, _, ref_loc), (_, _, cur_loc) = _column_stats(ref_w, column), _column_stats(cur_w, column)
+    ref = _column_stats(ref_w, column)[0]
     units = ref_w.derived(column + ":location_variance", lambda: unit_variances(ref))
     wander = 1.0 + cur_w.duration / ref_w.duration
     out = []
-    for before, after, unit, t2 in zip(ref_loc, cur_loc, units, tau2, strict=True):
+    for before, after, unit, t2 in zip(_locations(ref_w, column), _locations(cur_w, column), units, tau2,
+                                       strict=True):
         shift, variance = after - before, unit / ref_w.n + unit / cur_w.n
         total = variance + t2 * wander
         z = shift / math.sqrt(total) if total > 0 else (0.0 if shift == 0 else math.inf)
@@ -93,23 +87,25 @@ def length_check(metric: str, ref_w: WindowData, cur_w: WindowData, levels: Leve
     n, m = ref_w.n, cur_w.n
     if n < cfg.min_records or m < cfg.min_records:
         return None
-    (ref, h_ref, _), (cur, h_cur, _) = _column_stats(ref_w, column), _column_stats(cur_w, column)
+    (ref, h_ref), (cur, h_cur) = _column_stats(ref_w, column), _column_stats(cur_w, column)
     d = ks_sorted(ref, cur)
     df = int(np.count_nonzero(h_ref + h_cur)) - 1
     index = psi(h_ref, h_cur)
     p = min(1.0, 2 * min(ks_pvalue(d, n, m, levels.ks_phi), psi_pvalue(index, n, m, df, levels.psi_phi)))
     big = d >= cfg.ks_min and index >= cfg.psi_min
-    locs, wander = location_checks(ref_w, cur_w, column, levels.location_tau2)
-    # the telling estimator: the most significant of those past the effect-size floor (Bonferroni)
-    far = [loc for loc in locs if abs(loc.shift) >= math.log(cfg.loc_ratio_min)]
-    best = min(far or locs, key=lambda loc: loc.pvalue)
-    p_loc = min(1.0, len(locs) * best.pvalue) if far and cfg.loc_p_max > 0 and metric == "prompt_tokens" else 1.0
+    locs: tuple[Location, ...] = ()
+    wander, p_loc, ratio = 1.0, 1.0, 1.0
+    if metric == "prompt_tokens" and cfg.loc_p_max > 0:
+        locs, wander = location_checks(ref_w, cur_w, column, levels.location_tau2)
+        # the telling estimator: the most significant of those past the effect-size floor (Bonferroni)
+        far = [loc for loc in locs if abs(loc.shift) >= math.log(cfg.loc_ratio_min)]
+        best = min(far or locs, key=lambda loc: loc.pvalue)
+        p_loc = min(1.0, len(locs) * best.pvalue) if far else 1.0
+        ratio = math.exp(best.shift)
     over = (big and p <= cfg.p_max) or p_loc <= cfg.loc_p_max
     moved = (big and p <= cfg.p_moved) or p_loc <= cfg.loc_p_moved
     return Check(metric, _median(ref), _median(cur), over, moved, d, index, min(p, p_loc),
-                 ks_ratio(d, n, m), psi_ratio(index, n, m, df), ratio=math.exp(best.shift),
-                 loc_shifts=tuple(loc.shift for loc in locs), loc_variances=tuple(loc.variance for loc in locs),
-                 loc_wander=wander)
+                 ks_ratio(d, n, m), psi_ratio(index, n, m, df), ratio=ratio, locations=locs, loc_wander=wander)
 
 
 def _median(sorted_values: np.ndarray) -> float:

@@ -249,8 +249,8 @@ class DriftDetector:
                 noise.ks.add(c.ks_ratio)
                 noise.psi.add(c.psi_ratio)
                 noise.hit.add(c.z_ratio)
-                if c.loc_shifts:
-                    noise.add_quiet(c.loc_shifts, c.loc_variances, c.loc_wander)
+                if c.locations:
+                    noise.add_quiet(c.locations, c.loc_wander)
             if best is None or (c.over, c.moved, -c.pvalue) > (best.over, best.moved, -best.pvalue):
                 best = c
         return best

@@ -21,6 +21,8 @@ log-quantile function), read off the reference's own quantiles.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 # the two location estimators the prompt test runs (Bonferroni): the upper half, steady on bursty
@@ -31,6 +33,16 @@ ESTIMATORS: dict[str, np.ndarray] = {
     "deciles": np.arange(1, 10) / 10,
 }
 SPARSITY_STEP = 0.05  # quantile half-width of the finite difference that estimates the sparsity
+
+
+@dataclass(frozen=True)
+class Location:
+    """One estimator's shift (log, current - reference), its variance for independent requests and
+    its p-value against that plus the measured wander (checks.location_checks)."""
+
+    shift: float
+    variance: float
+    pvalue: float
 
 
 def log_quantiles(sorted_values: np.ndarray, qs: np.ndarray) -> np.ndarray:

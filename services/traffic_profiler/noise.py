@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special, stats
 
-from services.traffic_profiler.location import ESTIMATORS
+from services.traffic_profiler.location import ESTIMATORS, Location
 
 KOLMOGOROV_MEDIAN = float(special.kolmogi(0.5))
 MIN_HISTORY = 30   # quiet ticks (5 min at 10 s) before the scale is measured and length tests may fire
@@ -202,9 +202,9 @@ class Noise:
                    z_effect(history, default, cap, quantile),
                    tuple(WanderEffect(history, hold) for _ in ESTIMATORS))
 
-    def add_quiet(self, shifts: tuple[float, ...], variances: tuple[float, ...], wander: float) -> None:
-        for effect, shift, variance in zip(self.location, shifts, variances, strict=True):
-            effect.add(shift, variance, wander)
+    def add_quiet(self, locations: tuple[Location, ...], wander: float) -> None:
+        for effect, loc in zip(self.location, locations, strict=True):
+            effect.add(loc.shift, loc.variance, wander)
 
     def discard_pending(self) -> None:
         for effect in self.location:
