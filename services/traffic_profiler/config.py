@@ -15,7 +15,9 @@ class DetectorConfig:
     """Windowing and drift thresholds; shared by the live service and `polymorph profile`."""
 
     window_s: float = 60.0          # current window: records with arrival in (t - window_s, t]
-    long_window_s: float = 300.0    # a second, longer window for smaller sustained shifts (0: off)
+    mid_window_s: float = 120.0     # a second window, in which a prompt growth on bursty traffic stands
+    #                                 out within 2 min where the short one wavers (0: off) ...
+    long_window_s: float = 300.0    # ... and a third, for smaller sustained shifts (0: off)
     step_s: float = 10.0            # evaluate every step_s of trace time (ticks at multiples of it)
     reference_s: float = 900.0      # the reference grows (while quiet) up to this much traffic (15 min: a
     #                                 few minutes of bursty traffic are too noisy a baseline for location)
@@ -27,8 +29,8 @@ class DetectorConfig:
     p_max: float = 1e-8             # ... with a burst-adjusted p-value (KS or PSI) below this (noise.py)
     p_moved: float = 1e-5           # a metric this significant is listed in an event it did not fire
     loc_ratio_min: float = 1.25     # location test: upper-half locations must differ by this factor ...
-    loc_p_max: float = 1e-4         # ... with a burst-adjusted p-value below this (0: test off; at 3e-4
-    #                                 resampled mooncake alarmed 1.6 times per 10 h, benchmarks/drift_eval.py)
+    loc_p_max: float = 7e-5         # ... with a burst-adjusted p-value below this (0: test off; at 1e-4
+    #                                 resampled code alarmed 1.1 times per 10 h, benchmarks/drift_eval.py)
     loc_p_moved: float = 3e-3       # ... or this, to be listed in an event another metric fired
     phi_default: float = 1.5        # design effect before it is measured (length tests wait for it: noise.py)
     phi_max: float = 4.0

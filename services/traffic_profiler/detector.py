@@ -5,10 +5,12 @@ Shared by the live service (records from the bus) and `polymorph profile` (recor
 Timeline (all in trace time, i.e. the records' arrival_s):
 - ticks fall on multiples of step_s; tick T is evaluated once a record later than T arrives (or at
   `flush`), comparing each metric's reference with the current windows (max(T - w, ref.end), T]
-  for w in (window_s, long_window_s) (arrival rate: rate_window_s), so the two never overlap;
+  for w in (window_s, mid_window_s, long_window_s) (arrival rate: rate_window_s), so the two never
+  overlap; a longer window that the reference cuts short is skipped (it would repeat a shorter
+  window's test, against noise measured on whole windows of its length);
 - each metric has its own reference (ref.start, ref.end]: it starts with the first records and,
-  while that metric is quiet, absorbs the records leaving the short window until it spans
-  reference_s;
+  while that metric is quiet, absorbs the records leaving the middle window (the short one when
+  mid_window_s is 0) until it spans reference_s;
 - a metric over threshold on `persistence` consecutive ticks, outside its cooldown, fires a Drift
   listing every metric over threshold or notably moved at that tick, with before/after values,
   effect sizes and an estimate of when the change began;
@@ -134,8 +136,8 @@ class DriftDetector:
         self.cache_warm = False
 
     def _scales(self) -> list[float]:
-        long = self.cfg.long_window_s
-        return [self.cfg.window_s] + ([long] if long > self.cfg.window_s else [])
+        longer = sorted({w for w in (self.cfg.mid_window_s, self.cfg.long_window_s) if w > self.cfg.window_s})
+        return [self.cfg.window_s, *longer]
 
     # -- ingest ----------------------------------------------------------------------------------
     def observe(self, record: Record) -> list[Drift]:
@@ -178,7 +180,7 @@ class DriftDetector:
     def _advance(self, t: float) -> list[Drift]:
         fired: list[Drift] = []
         assert self.next_tick is not None and self.latest is not None
-        horizon = max(self.cfg.long_window_s, self.cfg.rate_window_s) + self.cfg.step_s
+        horizon = max(*self._scales(), self.cfg.rate_window_s) + self.cfg.step_s
         while self.next_tick < t:
             if self.next_tick > self.latest + horizon:  # a long silence: skip ticks with empty windows
                 self.next_tick = math.floor(t / self.cfg.step_s) * self.cfg.step_s
@@ -193,7 +195,7 @@ class DriftDetector:
     # -- evaluation ------------------------------------------------------------------------------
     def _evaluate(self, T: float) -> Drift | None:
         cfg = self.cfg
-        self.rows.prune(T - max(cfg.long_window_s, cfg.rate_window_s, cfg.rate_reference_s) - cfg.window_s)
+        self.rows.prune(T - max(*self._scales(), cfg.rate_window_s, cfg.rate_reference_s) - cfg.window_s)
         for metric, ref in self.refs.items():
             if self.rebase_requested or (ref.rebase_at is not None and ref.rebase_at <= T):
                 self._rebase(metric, ref, T)
@@ -240,6 +242,8 @@ class DriftDetector:
         scales = [self.cfg.rate_window_s] if metric == "arrival_rate" else self._scales()
         best: Check | None = None
         for scale in scales:
+            if scale != scales[0] and T - scale < ref.end:
+                continue  # cut short by the reference (module docstring)
             cur = self.rows.window(max(T - scale, ref.end), T)
             noise = self.noise.get((metric, scale))
             c = check(metric, ref.data, cur, noise.levels(metric) if noise else Levels(), self.cfg)
@@ -261,10 +265,13 @@ class DriftDetector:
     def _grow(self, metric: str, ref: Reference, T: float) -> None:
         # in steps of GROW_STEP_S, not every tick: the reference's derived values (sorted lengths,
         # histograms, tag counts) are then computed once per step rather than at every tick.
-        # Up to the short window only: while the reference grows, the long window is cut where it
-        # begins; holding the long window's 5 minutes back instead was measured to delay detection in
-        # the first 15 minutes far more than the longer window gains (benchmarks/drift_eval.py)
-        target = min(T - self.cfg.window_s, ref.start + self._span(metric))
+        # Up to the middle window (2 min), which is then whole from the first minutes (it catches a
+        # prompt growth within 2 minutes on bursty traffic where the short one wavers). The long window
+        # is cut while the reference grows, and skipped: holding its 5 minutes back as well was
+        # measured to delay detection in the first 15 minutes more than the longer window gains
+        # (benchmarks/drift_eval.py)
+        lag = max(self.cfg.window_s, self.cfg.mid_window_s)
+        target = min(T - lag, ref.start + self._span(metric))
         step = min(GROW_STEP_S, ref.start + self._span(metric) - ref.end)
         if target - ref.end >= step and target > ref.end and ref.rebase_at is None:
             ref.data = concat(ref.data, self.rows.window(ref.end, target))

@@ -173,3 +173,22 @@ def test_a_warming_prefix_cache_is_not_drift_but_a_later_hit_rate_change_is() ->
     assert hit_events and 1100 <= hit_events[0].t_s <= 1100 + 120
     _, warm_off = run(hashed_stream(1500, seed=9), replace(DetectorConfig(), cache_warmup_s=0.0))
     assert warm_off  # without the warm-up rule the warming cache itself is reported (what the rule prevents)
+
+
+def wander_ticks(detector: DriftDetector, scale: float) -> int:
+    effect = detector.noise[("prompt_tokens", scale)].location[0]
+    return len(effect.history) + len(effect.pending)
+
+
+def test_a_longer_window_the_reference_cuts_is_not_tested_nor_measured() -> None:
+    # while the reference grows (its first reference_s) it ends where the middle window begins, so
+    # the long window (T - w, T] would be cut back to a shorter one: a repeat of that one's test, with
+    # a wander that is not this window's. Only whole windows count.
+    cfg = DetectorConfig()
+    detector, _ = run(stream(600, seed=3))
+    assert wander_ticks(detector, cfg.window_s) > 0 and wander_ticks(detector, cfg.mid_window_s) > 0
+    assert detector.refs["prompt_tokens"].end <= 600 - cfg.mid_window_s
+    detector, _ = run(stream(cfg.reference_s + cfg.long_window_s - 60, seed=3))
+    assert wander_ticks(detector, cfg.long_window_s) == 0
+    detector, _ = run(stream(cfg.reference_s + cfg.long_window_s + 300, seed=3))
+    assert wander_ticks(detector, cfg.long_window_s) > 0

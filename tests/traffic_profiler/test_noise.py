@@ -71,3 +71,13 @@ def test_ticks_still_on_hold_are_dropped_when_their_metric_fires() -> None:
     effect.discard_pending()  # they may hold the start of the change that fired
     quiet_ticks(effect, tau=0.1, ticks=12)
     assert len(effect.history) == before
+
+
+def test_one_burst_moves_the_wander_little() -> None:
+    # clipped |z|: a burst among quiet ticks counts as one big tick, not as its square
+    quiet, bursty = WanderEffect(history=400, hold=0), WanderEffect(history=400, hold=0)
+    quiet_ticks(quiet, tau=0.1, ticks=400)
+    quiet_ticks(bursty, tau=0.1, ticks=390)
+    for _ in range(10):
+        bursty.add(3.0, 0.01, 1.1)  # a 20x jump, thirty times the wander
+    assert bursty.tau2 < 1.3 * quiet.tau2
