@@ -328,11 +328,12 @@ def markdown(result: dict) -> str:
         lines.append(f"| {r['trace']} | {r['window_s']:.0f} | {r['hours']:.0f} | {r['per_10h']} | {r['by_metric']} |")
     if result.get("tradeoff"):
         lines += ["", f"### The hard case: {TRADEOFF_TRACE}, prompts +80%, against its false alarms", "",
-                  "Per prompt location threshold `loc_p_max` (the default first), default 60 s window: detections "
+                  f"Per prompt location threshold `loc_p_max` (default {DetectorConfig().loc_p_max:g}), default 60 s "
+                  "window: detections "
                   "within 2 min over the runs at both t0 (from the first shifted request in brackets), and false "
                   "alarms on the same trace's stationary resamplings.", "",
                   "| loc_p_max | within 2 min | hours | alarms per 10 h | prompt alarms |", "|---|---|---|---|---|"]
-        for r in result["tradeoff"]:
+        for r in sorted(result["tradeoff"], key=lambda r: r["loc_p_max"]):
             lines.append(f"| {r['loc_p_max']:g} | {r['within_2min']}/{r['runs']} "
                          f"({r['within_2min_of_first_request']}/{r['runs']}) | {r['hours']:.0f} | {r['per_10h']} | "
                          f"{r['prompt_alarms']} |")
@@ -365,16 +366,23 @@ Notes:
   multiplicative design effect (the previous model) overstates the noise of quiet minutes of a
   bursty trace and understates that of busy ones; the additive wander fits both.
 - azure2023_code, prompts +80%, is the hard case and stays short of "every shift within 2 minutes":
-  its prompt mix wanders minute to minute (60 s blocks: the upper-half location has sd ~0.16 in log,
-  the shift is 0.59), with heavy tails (bursts of short or long prompts), and it alternates between
-  idle and busy minutes. At this false-alarm level, about two in three injections are reported
-  within 2 minutes of their first request, the rest within 2-5 minutes (at loc_p_max 3e-4 three in
-  four, but resampled mooncake then alarms 1.6 times per 10 h). The wander of single minutes bounds this: a
-  detector that fires on a 1.8x shift inside 2 minutes every time would fire on the trace's own
-  bursts several times per 10 hours.
+  its prompt mix wanders minute to minute (per 60 s block the upper-half location has sd ~0.17 in
+  log against a shift of 0.59), one minute in five is idle, and a busy minute of 400 requests
+  outweighs the quiet ones around it. At the default threshold 23 of 32 injections are reported
+  within 2 minutes of their first shifted request (19 of 32 from t0), seven more within 6 minutes;
+  two at t0 = 900 s are not reported in the 10 minutes simulated. Most misses are at t0 = 900 s,
+  when 15 minutes of history give a noisy wander estimate (young estimates range 0.08-0.22 in log
+  across resamplings, settled ones 0.09-0.14).
+  The trade-off table shows the trace sets this, not the tuning: a threshold 140 times looser
+  (1e-2) reaches 30/32 at 16 false alarms per 10 h. The 2-minute middle window lifted it from 21/32
+  (60 s and 300 s windows only): there a 1.8x growth has a median z of 5.3, in the 60 s window 4.1.
 - The stationary stretch of mooncake starts at 830 s: its phase change is gradual (short prompts fade
   out between 630 and 830 s, see the per-10 s medians), and resampling the transition as if it were
-  stationary made genuine-looking prompt shifts (8 alarms in 16 half-hour streams).
+  stationary made genuine-looking prompt shifts (8 alarms in 16 half-hour streams). For the same
+  reason the real trace has a second event at 870 s: the reference re-based at 800 s onto the
+  traffic since the change began still holds the transition, and outputs (150 -> 30 in the README)
+  have moved by then. Conv's 3420 s event is its outputs leaving the ~100-token regime its reference
+  re-based onto after the localized drift.
 - False alarms are counted on independent 10-hour block-bootstrap resamplings (eight at the default
   60 s window, two at the others), so each trace's minute-to-minute regime switches are kept: conv's outputs alternate
   between ~150 and ~380 tokens, code's rate between idle and 600 requests/minute. Rates are compared

@@ -15,8 +15,8 @@ class DetectorConfig:
     """Windowing and drift thresholds; shared by the live service and `polymorph profile`."""
 
     window_s: float = 60.0          # current window: records with arrival in (t - window_s, t]
-    mid_window_s: float = 120.0     # a second window, in which a prompt growth on bursty traffic stands
-    #                                 out within 2 min where the short one wavers (0: off) ...
+    mid_window_s: float = 120.0     # a second window: on resampled azure code a 1.8x prompt growth has a
+    #                                 median z of 5.3 in it, 4.1 in the short one (0: off) ...
     long_window_s: float = 300.0    # ... and a third, for smaller sustained shifts (0: off)
     step_s: float = 10.0            # evaluate every step_s of trace time (ticks at multiples of it)
     reference_s: float = 900.0      # the reference grows (while quiet) up to this much traffic (15 min: a
