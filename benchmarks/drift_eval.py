@@ -371,8 +371,8 @@ Notes:
   outweighs the quiet ones around it. At the default threshold 23 of 32 injections are reported
   within 2 minutes of their first shifted request (19 of 32 from t0), seven more within 6 minutes;
   two at t0 = 900 s are not reported in the 10 minutes simulated. Most misses are at t0 = 900 s,
-  when 15 minutes of history give a noisy wander estimate (young estimates range 0.08-0.22 in log
-  across resamplings, settled ones 0.09-0.14).
+  when 15 minutes of history give a noisy wander estimate (tau at 900 s ranges 0.06-0.23 in log
+  across eight resamplings, at 1800-2400 s 0.05-0.13).
   The trade-off table shows the trace sets this, not the tuning: a threshold 140 times looser
   (1e-2) reaches 30/32 at 16 false alarms per 10 h. The 2-minute middle window lifted it from 21/32
   (60 s and 300 s windows only): there a 1.8x growth has a median z of 5.3, in the 60 s window 4.1.
