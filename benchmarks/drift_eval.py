@@ -24,6 +24,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -108,30 +109,44 @@ def _injected_run(job: tuple) -> tuple:
     return job, early, idle, delay, first is not None and shift.metrics[0] in {c.metric for c in first.changes}
 
 
+def _injected_summary(runs: list[tuple]) -> dict:
+    """What a set of _injected_run results shows, in seed order."""
+    runs = sorted(runs, key=lambda r: r[0][5])
+    delays = [r[3] for r in runs]
+    found = [d for d in delays if d is not None]
+    observed = [r[3] - r[2] for r in runs if r[3] is not None]  # from the first shifted request
+    return {"delays_s": delays, "median_delay_s": statistics.median(found) if found else None,
+            "within_2min": sum(1 for d in found if d <= HORIZON), "runs": len(runs),
+            "idle_after_t0_s": [round(r[2], 1) for r in runs],
+            "within_2min_of_first_request": sum(1 for d in observed if d <= HORIZON),
+            "alarms_before_shift": sum(r[1] for r in runs), "first_event_names_primary": sum(1 for r in runs if r[4])}
+
+
+def _null_summary(runs: list[tuple], hours: float) -> dict:
+    """What a set of _null_run results (each `hours` long) shows, in stream order."""
+    runs = sorted(runs, key=lambda r: r[0][3])
+    metrics = Counter(m for _, drifts in runs for _, names in drifts for m in names)
+    alarms = sum(len(d) for _, d in runs)
+    total = hours * len(runs)
+    return {"hours": total, "alarms": alarms, "per_10h": round(alarms / total * 10, 2), "by_metric": dict(metrics),
+            "alarm_t_s": [round(job[3] * hours * 3600 + t) for job, d in runs for t, _ in d]}
+
+
+def _grouped(results: list[tuple], key) -> dict:
+    groups: dict = {}
+    for r in results:
+        groups.setdefault(key(r[0]), []).append(r)
+    return groups
+
+
 def injected(traces: Path, windows: list[float], seeds: int, workers: int) -> list[dict]:
     jobs = [(traces, name, config_for(window), i, t0, seed) for name in SOURCES for window in windows
             for i in range(len(SHIFTS)) for t0 in T0S for seed in range(seeds)]
-    results = _pool_map(_injected_run, jobs, workers, "injected shifts")
-    rows = []
-    for name in SOURCES:
-        for window in windows:
-            for i, shift in enumerate(SHIFTS):
-                for t0 in T0S:
-                    runs = sorted((r for r in results if r[0][1:5] == (name, config_for(window), i, t0)),
-                                  key=lambda r: r[0][5])
-                    delays = [r[3] for r in runs]
-                    found = [d for d in delays if d is not None]
-                    observed = [r[3] - r[2] for r in runs if r[3] is not None]
-                    rows.append({
-                        "trace": name, "window_s": window, "shift": shift.name, "metrics": list(shift.metrics),
-                        "t0_s": t0, "delays_s": delays, "median_delay_s": statistics.median(found) if found else None,
-                        "within_2min": sum(1 for d in found if d <= HORIZON), "runs": len(runs),
-                        "idle_after_t0_s": [round(r[2], 1) for r in runs],
-                        "within_2min_of_first_request": sum(1 for d in observed if d <= HORIZON),
-                        "alarms_before_shift": sum(r[1] for r in runs),
-                        "first_event_names_primary": sum(1 for r in runs if r[4]),
-                    })
-    return rows
+    groups = _grouped(_pool_map(_injected_run, jobs, workers, "injected shifts"),
+                      lambda job: (job[1], job[2].window_s, job[3], job[4]))
+    return [{"trace": name, "window_s": window, "shift": shift.name, "metrics": list(shift.metrics), "t0_s": t0,
+             **_injected_summary(groups[name, window, i, t0])}
+            for name in SOURCES for window in windows for i, shift in enumerate(SHIFTS) for t0 in T0S]
 
 
 def _null_run(job: tuple) -> tuple:
@@ -148,27 +163,22 @@ def false_alarms(traces: Path, windows: list[float], hours: float, default_strea
     default = DetectorConfig().window_s
     jobs = [(traces, name, config_for(window), k, hours) for name in SOURCES for window in windows
             for k in range(default_streams if window == default else other_streams)]
-    results = _pool_map(_null_run, jobs, workers, "false alarms")
-    rows = []
-    for name in SOURCES:
-        for window in windows:
-            runs = sorted((r for r in results if r[0][1:3] == (name, config_for(window))), key=lambda r: r[0][3])
-            metrics: dict[str, int] = {}
-            for _, drifts in runs:
-                for _, names in drifts:
-                    for m in names:
-                        metrics[m] = metrics.get(m, 0) + 1
-            alarms = sum(len(d) for _, d in runs)
-            total = hours * len(runs)
-            rows.append({"trace": name, "window_s": window, "hours": total, "alarms": alarms,
-                         "per_10h": round(alarms / total * 10, 2), "by_metric": metrics,
-                         "alarm_t_s": [round(job[3] * hours * 3600 + t) for job, d in runs for t, _ in d]})
-    return rows
+    groups = _grouped(_pool_map(_null_run, jobs, workers, "false alarms"), lambda job: (job[1], job[2].window_s))
+    return [{"trace": name, "window_s": window, **_null_summary(groups[name, window], hours)}
+            for name in SOURCES for window in windows]
 
 
 # the hard case's operating curve: azure code, prompts +80% (SHIFTS[0]), at the default window
 TRADEOFF_TRACE = "azure2023_code.csv"
 TRADEOFF_LEVELS = (3e-5, 1e-4, 1e-3, 1e-2)  # loc_p_max besides the default
+
+
+def _tradeoff_row(level: float, injected_summaries: list[dict], null_summary: dict) -> dict:
+    return {"loc_p_max": level, "runs": sum(r["runs"] for r in injected_summaries),
+            "within_2min": sum(r["within_2min"] for r in injected_summaries),
+            "within_2min_of_first_request": sum(r["within_2min_of_first_request"] for r in injected_summaries),
+            "hours": null_summary["hours"], "alarms": null_summary["alarms"], "per_10h": null_summary["per_10h"],
+            "prompt_alarms": null_summary["by_metric"].get("prompt_tokens", 0)}
 
 
 def tradeoff(traces: Path, injected_rows: list[dict], fa_rows: list[dict], seeds: int, hours: float, streams: int,
@@ -178,29 +188,18 @@ def tradeoff(traces: Path, injected_rows: list[dict], fa_rows: list[dict], seeds
     default's row is the main evaluation's (its 80 hours); the others run `streams` resamplings."""
     default = DetectorConfig()
     cfgs = [replace(default, loc_p_max=level) for level in TRADEOFF_LEVELS]
-    inj = _pool_map(_injected_run, [(traces, TRADEOFF_TRACE, cfg, 0, t0, seed) for cfg in cfgs for t0 in T0S
-                                    for seed in range(seeds)], workers, "trade-off: injected")
-    null = _pool_map(_null_run, [(traces, TRADEOFF_TRACE, cfg, k, hours) for cfg in cfgs for k in range(streams)],
-                     workers, "trade-off: false alarms")
+    inj = _grouped(_pool_map(_injected_run, [(traces, TRADEOFF_TRACE, cfg, 0, t0, seed) for cfg in cfgs
+                                             for t0 in T0S for seed in range(seeds)], workers, "trade-off: injected"),
+                   lambda job: job[2].loc_p_max)
+    null = _grouped(_pool_map(_null_run, [(traces, TRADEOFF_TRACE, cfg, k, hours) for cfg in cfgs
+                                          for k in range(streams)], workers, "trade-off: false alarms"),
+                    lambda job: job[2].loc_p_max)
     base_inj = [r for r in injected_rows if (r["trace"], r["window_s"], r["shift"]) ==
                 (TRADEOFF_TRACE, default.window_s, SHIFTS[0].name)]
     base_fa = next(r for r in fa_rows if (r["trace"], r["window_s"]) == (TRADEOFF_TRACE, default.window_s))
-    rows = [{"loc_p_max": default.loc_p_max, "runs": sum(r["runs"] for r in base_inj),
-             "within_2min": sum(r["within_2min"] for r in base_inj),
-             "within_2min_of_first_request": sum(r["within_2min_of_first_request"] for r in base_inj),
-             "hours": base_fa["hours"], "alarms": base_fa["alarms"], "per_10h": base_fa["per_10h"],
-             "prompt_alarms": base_fa["by_metric"].get("prompt_tokens", 0)}]
-    for cfg in cfgs:
-        runs = [r for r in inj if r[0][2] == cfg]
-        delays = [(r[3], r[3] - r[2]) for r in runs if r[3] is not None]  # from t0, from the first request
-        alarms = [d for job, d in null if job[2] == cfg]
-        total = sum(len(d) for d in alarms)
-        rows.append({"loc_p_max": cfg.loc_p_max, "runs": len(runs),
-                     "within_2min": sum(1 for d, _ in delays if d <= HORIZON),
-                     "within_2min_of_first_request": sum(1 for _, d in delays if d <= HORIZON),
-                     "hours": hours * streams, "alarms": total, "per_10h": round(total / (hours * streams) * 10, 2),
-                     "prompt_alarms": sum(1 for d in alarms for _, names in d if "prompt_tokens" in names)})
-    return rows
+    return [_tradeoff_row(default.loc_p_max, base_inj, base_fa)] + [
+        _tradeoff_row(level, [_injected_summary(inj[level])], _null_summary(null[level], hours))
+        for level in TRADEOFF_LEVELS]
 
 
 def _pool_map(fn, jobs: list, workers: int, label: str) -> list:

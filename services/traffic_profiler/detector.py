@@ -118,6 +118,10 @@ class DriftDetector:
     rewinds: int = 0
 
     def __post_init__(self) -> None:
+        cfg = self.cfg
+        # the current windows' lengths, shortest first (they come from the frozen config: once)
+        self.scales = [cfg.window_s, *sorted({w for w in (cfg.mid_window_s, cfg.long_window_s) if w > cfg.window_s})]
+        self.grow_lag = max(cfg.window_s, cfg.mid_window_s)  # the reference grows up to T - this (_grow)
         self._reset()
 
     def _reset(self) -> None:
@@ -130,14 +134,10 @@ class DriftDetector:
         self.refs: dict[str, Reference] = {}
         hold = math.ceil(cfg.noise_hold_s / cfg.step_s)
         self.noise = {(m, w): Noise.create(cfg.phi_history_ticks, cfg.phi_default, cfg.phi_max, cfg.phi_quantile, hold)
-                      for m in (*LENGTHS, "prefix_hit_rate") for w in self._scales()}
+                      for m in (*LENGTHS, "prefix_hit_rate") for w in self.scales}
         self.rebase_requested = False
         self.sim_since: float | None = None    # first record whose hit came from the simulated cache
         self.cache_warm = False
-
-    def _scales(self) -> list[float]:
-        longer = sorted({w for w in (self.cfg.mid_window_s, self.cfg.long_window_s) if w > self.cfg.window_s})
-        return [self.cfg.window_s, *longer]
 
     # -- ingest ----------------------------------------------------------------------------------
     def observe(self, record: Record) -> list[Drift]:
@@ -180,7 +180,7 @@ class DriftDetector:
     def _advance(self, t: float) -> list[Drift]:
         fired: list[Drift] = []
         assert self.next_tick is not None and self.latest is not None
-        horizon = max(*self._scales(), self.cfg.rate_window_s) + self.cfg.step_s
+        horizon = max(self.scales[-1], self.cfg.rate_window_s) + self.cfg.step_s
         while self.next_tick < t:
             if self.next_tick > self.latest + horizon:  # a long silence: skip ticks with empty windows
                 self.next_tick = math.floor(t / self.cfg.step_s) * self.cfg.step_s
@@ -195,7 +195,7 @@ class DriftDetector:
     # -- evaluation ------------------------------------------------------------------------------
     def _evaluate(self, T: float) -> Drift | None:
         cfg = self.cfg
-        self.rows.prune(T - max(*self._scales(), cfg.rate_window_s, cfg.rate_reference_s) - cfg.window_s)
+        self.rows.prune(T - max(self.scales[-1], cfg.rate_window_s, cfg.rate_reference_s) - cfg.window_s)
         for metric, ref in self.refs.items():
             if self.rebase_requested or (ref.rebase_at is not None and ref.rebase_at <= T):
                 self._rebase(metric, ref, T)
@@ -239,7 +239,7 @@ class DriftDetector:
         ref = self.refs[metric]
         if not ref.ready(self.cfg):
             return None
-        scales = [self.cfg.rate_window_s] if metric == "arrival_rate" else self._scales()
+        scales = [self.cfg.rate_window_s] if metric == "arrival_rate" else self.scales
         best: Check | None = None
         for scale in scales:
             if scale != scales[0] and T - scale < ref.end:
@@ -270,8 +270,7 @@ class DriftDetector:
         # is cut while the reference grows, and skipped: holding its 5 minutes back as well was
         # measured to delay detection in the first 15 minutes more than the longer window gains
         # (benchmarks/drift_eval.py)
-        lag = max(self.cfg.window_s, self.cfg.mid_window_s)
-        target = min(T - lag, ref.start + self._span(metric))
+        target = min(T - self.grow_lag, ref.start + self._span(metric))
         step = min(GROW_STEP_S, ref.start + self._span(metric) - ref.end)
         if target - ref.end >= step and target > ref.end and ref.rebase_at is None:
             ref.data = concat(ref.data, self.rows.window(ref.end, target))
@@ -300,7 +299,7 @@ class DriftDetector:
             current=build_profile(self.rows.window(max(T - self.cfg.window_s, ref.end), T), self.cfg),
         )
         for c in changes:  # each reported metric rests, then re-bases onto its new regime
-            for scale in self._scales():  # the ticks since the change began are not its quiet noise
+            for scale in self.scales:  # the ticks since the change began are not its quiet noise
                 if (noise := self.noise.get((c.metric, scale))) is not None:
                     noise.discard_pending()
             r = self.refs[c.metric]

@@ -31,7 +31,7 @@ from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import special, stats
+from scipy import optimize, special, stats
 
 from services.traffic_profiler.location import ESTIMATORS, Location
 
@@ -177,16 +177,13 @@ class WanderEffect:
 
 def calibrate_tau2(d2: np.ndarray, v: np.ndarray, c: np.ndarray) -> float:
     """The tau^2 >= 0 at which the clipped |z| = |d| / sqrt(v + tau^2 c) average CLIPPED_ABS_MEAN
-    (bisection: the average falls as tau^2 grows)."""
-    def clipped_mean(tau2: float) -> float:
-        return float(np.mean(np.minimum(np.sqrt(d2 / np.maximum(v + tau2 * c, 1e-12)), Z_CLIP)))
-    if clipped_mean(0.0) <= CLIPPED_ABS_MEAN:
+    (the average falls as tau^2 grows: one root, found by Brent's method)."""
+    def excess(tau2: float) -> float:
+        return float(np.mean(np.minimum(np.sqrt(d2 / np.maximum(v + tau2 * c, 1e-12)), Z_CLIP))) - CLIPPED_ABS_MEAN
+    if excess(0.0) <= 0:
         return 0.0
-    lo, hi = 0.0, float(d2.max() / c.min())
-    for _ in range(40):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if clipped_mean(mid) > CLIPPED_ABS_MEAN else (lo, mid)
-    return hi
+    hi = float(d2.max() / c.min())  # every |z| <= 1 there: past the root unless all ticks sit at the max
+    return hi if excess(hi) > 0 else float(optimize.brentq(excess, 0.0, hi, xtol=1e-12))
 
 
 @dataclass(frozen=True)
