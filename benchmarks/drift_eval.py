@@ -11,7 +11,9 @@ Writes benchmarks/results/drift.json and its section of BENCHMARKS.md:
    over 16 resamplings each, for three window sizes;
 3. false alarms per 10 hours on the same kind of stationary streams, per window size: 80 hours
    (eight independent 10-hour resamplings) at the default 60 s window, 20 hours at the others;
-4. ingest throughput in records/s, pinned to one core (the runs above use --workers processes).
+4. the hard case, azure code's prompts +80%, on 64 resamplings per t0 (and t0 = 7200 s for the
+   default): over the location threshold, with a fixed long-run wander, and its warm-up alarms;
+5. ingest throughput in records/s, pinned to one core (the runs above use --workers processes).
 """
 
 from __future__ import annotations
