@@ -156,7 +156,9 @@ class DriftDetector:
         else:
             hit = math.nan
         if self.next_tick is None:
-            self.next_tick = math.floor(t / self.cfg.step_s) * self.cfg.step_s
+            # the first tick after the first record: one at or before it would describe a window of
+            # (almost) no time, a rate of one record per nanosecond
+            self.next_tick = (math.floor(t / self.cfg.step_s) + 1) * self.cfg.step_s
             self.refs = {m: Reference(t - 1e-9, t - 1e-9, empty(t)) for m in METRICS}
             self.first_t = t - 1e-9
             fired: list[Drift] = []

@@ -10,6 +10,7 @@ With json_out the only thing on stdout is one JSON object:
 t_s is trace time: seconds since the trace's first record (the tick that reported the change);
 since_s estimates when the change began. before/after are the reference and current windows'
 summary values (medians for lengths, requests/s, token hit rate, expert imbalance, tag share).
+A window without requests has null lengths.
 """
 
 from __future__ import annotations
@@ -20,13 +21,16 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from services.traffic_profiler.config import DetectorConfig
+from services.traffic_profiler.detector import LENGTHS
 from services.traffic_profiler.offline import TraceProfile, profile_trace
 from services.traffic_profiler.readers import ColumnMapping
 
+COMPACT = {"box": box.SIMPLE_HEAD, "pad_edge": False, "collapse_padding": True}  # tables that fit 80 columns
 METRIC_COLOURS = {"prompt_tokens": "tab:red", "output_tokens": "tab:orange", "arrival_rate": "tab:blue",
                   "prefix_hit_rate": "tab:green", "expert_load": "tab:purple", "tag_mix": "tab:brown"}
 
@@ -57,10 +61,13 @@ def _finite(value: float | None) -> float | None:
 
 
 def window_rows(result: TraceProfile) -> list[dict]:
+    def length(t, value: float) -> float | None:  # an idle window has no lengths (not length 0)
+        return value if t.profile.requests else None
+
     return [
-        {"t_s": t.t, "requests": t.profile.requests, "prompt_p50": t.profile.prompt.p50,
-         "prompt_p90": t.profile.prompt.p90, "output_p50": t.profile.output.p50,
-         "output_p90": t.profile.output.p90, "arrival_rate": _finite(t.profile.arrival_rate),
+        {"t_s": t.t, "requests": t.profile.requests, "prompt_p50": length(t, t.profile.prompt.p50),
+         "prompt_p90": length(t, t.profile.prompt.p90), "output_p50": length(t, t.profile.output.p50),
+         "output_p90": length(t, t.profile.output.p90), "arrival_rate": _finite(t.profile.arrival_rate),
          "burstiness": _finite(t.profile.burstiness), "prefix_hit_rate": _finite(t.profile.prefix_hit_rate),
          "concurrency": _finite(t.profile.concurrency)}
         for t in result.ticks
@@ -94,23 +101,26 @@ def to_json(result: TraceProfile) -> dict:
 
 def print_tables(result: TraceProfile, console: Console) -> None:
     title = f"{result.path.name}: {result.records} records, {result.malformed} malformed"
-    windows = Table(title=title + " (one row per minute of trace time)")
-    for col in ("t (min)", "requests", "prompt p50", "prompt p90", "output p50", "req/s", "burstiness",
-                "hit rate", "concurrency"):
-        windows.add_column(col, justify="right")
+    # two-line headers, no vertical rules: the nine columns fit an 80-column terminal whole
+    windows = Table(title=title + " (one row per minute of trace time)", **COMPACT)
+    for col in ("t\n(min)", "requests", "prompt\np50", "prompt\np90", "output\np50", "req/s", "burst-\niness",
+                "hit\nrate", "concur-\nrency"):
+        windows.add_column(col, justify="right", no_wrap=True)
     per_minute = max(1, round(60 / result.config.step_s))
-    for t in result.ticks[::per_minute]:
+    for t in (t for t in result.ticks if round(t.t / result.config.step_s) % per_minute == 0):
         p = t.profile
         windows.add_row(f"{t.t / 60:.1f}", str(p.requests), f"{p.prompt.p50:.0f}", f"{p.prompt.p90:.0f}",
                         f"{p.output.p50:.0f}", f"{p.arrival_rate:.2f}", f"{p.burstiness:.1f}",
                         "-" if p.prefix_hit_rate is None else f"{p.prefix_hit_rate:.2f}", f"{p.concurrency:.1f}")
     console.print(windows)
-    changes = Table(title="detected changes")
+    changes = Table(title="detected changes", **COMPACT)
     for col in ("t (s)", "since (s)", "metric", "before", "after", "KS", "PSI", "drift"):
-        changes.add_column(col, justify="right")
+        changes.add_column(col, justify="right", no_wrap=True)
     for c in result.changes():
+        shape = c["metric"] in LENGTHS  # KS and PSI compare length distributions only
         changes.add_row(f"{c['t_s']:.0f}", f"{c['since_s']:.0f}", c["metric"], f"{c['before']:.3g}",
-                        f"{c['after']:.3g}", f"{c['ks']:.2f}", f"{c['psi']:.2f}", c["drift_id"][:8])
+                        f"{c['after']:.3g}", f"{c['ks']:.2f}" if shape else "-", f"{c['psi']:.2f}" if shape else "-",
+                        c["drift_id"][:8])
     console.print(changes if result.drifts else "[green]no drift detected[/green]")
     for error in result.errors[:5]:
         console.print(f"[yellow]malformed: {error}[/yellow]")
@@ -132,21 +142,30 @@ def write_plot(result: TraceProfile, path: Path) -> None:
     ]
     fig, axes = plt.subplots(len(panels), 1, figsize=(11, 9), sharex=True)
     for ax, (label, series, log) in zip(axes, panels, strict=True):
+        plotted = 0
         for name, key, style in series:
             values = [r[key] if r[key] is not None else float("nan") for r in rows]
+            plotted += sum(1 for v in values if math.isfinite(v))
             ax.plot(minutes, values, style, color="black", label=name, linewidth=1)
-        if log:
+        if not plotted:  # e.g. a trace without cached tokens or block hashes has no hit rate
+            ax.text(0.5, 0.5, f"no {label} in this trace", transform=ax.transAxes, ha="center", va="center",
+                    color="gray")
+            ax.set_yticks([])
+        elif log:
             ax.set_yscale("log")
         ax.set_ylabel(label)
         for change in result.changes():
             ax.axvline(change["t_s"] / 60, color=METRIC_COLOURS.get(change["metric"], "black"), alpha=0.6,
                        linestyle="--", linewidth=1)
     seen = sorted({c["metric"] for c in result.changes()})
-    handles = [plt.Line2D([], [], color=METRIC_COLOURS.get(m, "black"), linestyle="--", label=m) for m in seen]
-    if handles:
-        axes[0].legend(handles=handles, loc="upper left", fontsize=8, title="change points")
+    changes = [plt.Line2D([], [], color=METRIC_COLOURS.get(m, "black"), linestyle="--", label=f"change: {m}")
+               for m in seen]
+    series = [plt.Line2D([], [], color="black", linestyle=style, label=name) for name, _, style in panels[0][1]]
+    axes[0].legend(handles=series + changes, loc="upper left", fontsize=8)
     axes[-1].set_xlabel("trace time (minutes)")
-    fig.suptitle(f"{result.path.name}: {result.config.window_s:.0f} s windows, {len(result.drifts)} drift events")
+    events = len(result.drifts)
+    fig.suptitle(f"{result.path.name}: {result.config.window_s:.0f} s windows, "
+                 f"{events} drift event{'' if events == 1 else 's'}")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -42,3 +42,21 @@ def test_table_output_and_malformed_lines(tmp_path: Path, capsys) -> None:
 def test_unreadable_trace_returns_2(tmp_path: Path, capsys) -> None:
     assert profile_command(tmp_path / "missing.csv", json_out=True, plot=None) == 2
     assert capsys.readouterr().out == ""
+
+
+def test_windows_describe_time_that_passed_and_idle_minutes_have_no_lengths(tmp_path: Path, capsys) -> None:
+    # a record at trace time 0 and a silent minute: the first window must not claim a rate of one
+    # record per nanosecond, and the silent one must not claim prompts of length 0
+    trace = tmp_path / "gap.csv"
+    rows = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+    rows += [f"2023-11-16 18:00:{s:02d}.0,{500 + s},20" for s in range(0, 60, 2)]
+    rows += [f"2023-11-16 18:03:{s:02d}.0,{500 + s},20" for s in range(0, 60, 2)]
+    trace.write_text("\n".join(rows) + "\n")
+    assert profile_command(trace, json_out=True, plot=tmp_path / "gap.png") == 0
+    windows = json.loads(capsys.readouterr().out)["windows"]
+    assert windows[0]["t_s"] > 0
+    assert all(w["arrival_rate"] <= 1.0 for w in windows)  # 0.5 requests/s at most, by construction
+    idle = [w for w in windows if w["requests"] == 0]
+    assert idle and all(w["prompt_p50"] is None and w["output_p90"] is None for w in idle)
+    busy = [w for w in windows if w["requests"] > 0]
+    assert all(w["prompt_p50"] >= 500 for w in busy)
