@@ -98,11 +98,20 @@ def _column_mapping(args: argparse.Namespace):
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    from services.console import client
     from services.traffic_profiler.replay import replay_trace
 
-    stats = asyncio.run(replay_trace(_nats_url(args), args.trace, args.speed, limit=args.limit, progress=True,
-                                     mapping=_column_mapping(args)))
-    print(stats)
+    if not Path(args.trace).is_file():
+        print(f"error: no trace file at {args.trace}", file=sys.stderr)
+        return 2
+    url = _nats_url(args)
+
+    async def replay():  # checked first: the replay's own connection retries forever, as services do
+        await client.ensure_reachable(url)
+        return await replay_trace(url, args.trace, args.speed, limit=args.limit, progress=True,
+                                  mapping=_column_mapping(args))
+
+    print(asyncio.run(replay()).summary())
     return 0
 
 

@@ -26,6 +26,18 @@ def test_sql_without_a_stack_says_so(tmp_path: Path) -> None:
     assert "cannot reach NATS" in out.stderr
 
 
+def test_replay_without_a_stack_or_a_file_says_so_and_stops(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,4808,10\n")
+    # nothing listens on port 1: one clear line and exit 2, not retries forever (the services' way)
+    out = polymorph("--nats", "nats://127.0.0.1:1", "replay", str(trace), timeout=30)
+    assert out.returncode == 2
+    assert "cannot reach NATS" in out.stderr and "Traceback" not in out.stderr
+    missing = polymorph("--nats", "nats://127.0.0.1:1", "replay", str(tmp_path / "nope.csv"), timeout=30)
+    assert missing.returncode == 2
+    assert "no trace file" in missing.stderr and "Traceback" not in missing.stderr
+
+
 def test_profile_json_reports_the_mooncake_phase_change(traces_dir: Path, tmp_path: Path) -> None:
     plot = tmp_path / "mooncake.png"
     out = polymorph("profile", str(traces_dir / "mooncake_synthetic_trace.jsonl"), "--json", "--plot", str(plot))

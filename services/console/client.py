@@ -15,19 +15,32 @@ class StackUnavailable(RuntimeError):
     pass
 
 
-async def _request(url: str, subject: str, payload: bytes, timeout_s: float) -> bytes:
-    async def quiet(_exc: Exception) -> None:  # the failure is reported once, below
-        return None
+async def connect_once(url: str) -> nats.NATS:
+    """One connection attempt with one clear error if it fails (services instead retry forever, which
+    a command run by hand must not). nats-py retries a refused first connect in a loop even without
+    reconnects, so the first error stops it."""
+    failures: list[BaseException] = []
 
+    async def stop(exc: Exception) -> None:
+        failures.append(exc)
+        attempt.cancel()
+
+    attempt = asyncio.ensure_future(nats.connect(url, connect_timeout=3, max_reconnect_attempts=0,
+                                                 allow_reconnect=False, error_cb=stop))
     try:
-        nc = await asyncio.wait_for(
-            nats.connect(url, connect_timeout=3, max_reconnect_attempts=0, allow_reconnect=False,
-                         error_cb=quiet),
-            timeout=5,
-        )
-    except Exception as exc:
-        reason = type(exc).__name__
-        raise StackUnavailable(f"cannot reach NATS at {url} ({reason}); is `polymorph up` running?") from exc
+        return await asyncio.wait_for(attempt, timeout=5)
+    except (Exception, asyncio.CancelledError) as exc:
+        reason = failures[0] if failures else exc
+        raise StackUnavailable(f"cannot reach NATS at {url} ({type(reason).__name__}: {reason}); "
+                               "is `polymorph up` running?") from exc
+
+
+async def ensure_reachable(url: str) -> None:
+    await (await connect_once(url)).close()
+
+
+async def _request(url: str, subject: str, payload: bytes, timeout_s: float) -> bytes:
+    nc = await connect_once(url)
     try:
         reply = await nc.request(subject, payload, timeout=timeout_s)
     except nats.errors.NoRespondersError as exc:

@@ -42,6 +42,17 @@ class ReplayStats:
     def to_json(self) -> dict:
         return asdict(self)
 
+    def summary(self) -> str:
+        """What a person running `polymorph replay` wants to read at the end."""
+        pace = f", x{self.trace_s / self.wall_s:,.0f} real time" if self.wall_s > 0 and self.trace_s > 0 else ""
+        lines = [f"replayed {Path(self.path).name}: {self.records} records, {self.published} published, "
+                 f"{self.duplicates} duplicates, {self.failed} failed, {self.malformed} malformed lines; "
+                 f"{self.trace_s:.1f} s of trace time in {self.wall_s:.1f} s{pace}"]
+        lines += [f"malformed: {error}" for error in self.errors[:5]]
+        if len(self.errors) > 5:
+            lines.append(f"... and {len(self.errors) - 5} more malformed lines")
+        return "\n".join(lines)
+
 
 def _count_lines(path: Path) -> int:
     with open(path, "rb") as fh:
@@ -96,7 +107,7 @@ async def _replay(bus: Bus, path: Path, speed: float, limit: int | None, progres
                 bar.update(task, completed=reader.lines, trace=stats.trace_s)
         if inflight:
             await asyncio.wait(inflight)
-        bar.update(task, completed=reader.lines, trace=stats.trace_s)
+        bar.update(task, completed=reader.lines, total=reader.lines, trace=stats.trace_s)  # a header is no record
     stats.records, stats.malformed, stats.errors = reader.records, reader.malformed, reader.errors
     stats.wall_s = time.monotonic() - start
     log.info("replay finished", **{k: v for k, v in stats.to_json().items() if k != "errors"})

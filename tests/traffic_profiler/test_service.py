@@ -103,6 +103,9 @@ async def test_replay_counts_malformed_lines_and_keeps_going(nats_url: str, bus:
     stats = await replay_trace(nats_url, trace, 100.0, progress=False)  # paced: 0.49 s of trace in ~5 ms
     assert (stats.records, stats.malformed, stats.published, stats.failed) == (48, 2, 48, 0)
     assert len(stats.errors) == 2
+    summary = stats.summary()  # what `polymorph replay` prints at the end
+    assert "48 records, 48 published" in summary and "2 malformed lines" in summary
+    assert summary.count("malformed: t.jsonl:") == 2
     await wait_for(lambda: len(seen) == 48)
     assert seen[-1].arrival_s == 0.49 and seen[0].request_id == "t:0"
     again = await replay_trace(nats_url, trace, 0, limit=5, progress=False)  # a second run is not a duplicate
