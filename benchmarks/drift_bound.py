@@ -19,17 +19,14 @@ from __future__ import annotations
 import numpy as np
 
 from services.traffic_profiler.location import ESTIMATORS, locations
+from services.traffic_profiler.synthetic import bootstrap_blocks
 
 
 def _blocks(source: list, lo: float, hi: float, block_s: float) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(arrival within the block, prompt tokens) of each block_s block of source[lo, hi), as block_bootstrap."""
+    """(arrival within the block, prompt tokens) of each block that block_bootstrap draws from."""
     t = np.array([r.arrival_s for r in source])
     p = np.array([r.prompt_tokens for r in source], dtype=float)
-    out = []
-    for start in np.arange(lo, hi - block_s + 1e-9, block_s):
-        inside = (t >= start) & (t < start + block_s)
-        out.append((t[inside] - start, p[inside]))
-    return out
+    return [(t[idx] - start, p[idx]) for start, idx in bootstrap_blocks(source, block_s, lo, hi)]
 
 
 def _window(blocks: list, picks: np.ndarray, offset: float, block_s: float, length: float) -> np.ndarray:

@@ -30,15 +30,20 @@ class Decoration:
     top_k: int = 2
 
 
+def bootstrap_blocks(source: list[Record], block_s: float, start_s: float | None = None,
+                     end_s: float | None = None) -> list[tuple[float, np.ndarray]]:
+    """(start, indices into source) of each whole block_s block of source[start_s, end_s)."""
+    t = np.array([r.arrival_s for r in source])
+    lo = t[0] if start_s is None else start_s
+    hi = t[-1] if end_s is None else end_s
+    return [(s, np.flatnonzero((t >= s) & (t < s + block_s))) for s in np.arange(lo, hi - block_s + 1e-9, block_s)]
+
+
 def block_bootstrap(source: list[Record], duration_s: float, *, block_s: float = 60.0, seed: int = 0,
                     start_s: float | None = None, end_s: float | None = None) -> list[Record]:
     """A stationary stream of duration_s from random blocks of source[start_s, end_s)."""
     rng = np.random.default_rng(seed)
-    t = np.array([r.arrival_s for r in source])
-    lo = t[0] if start_s is None else start_s
-    hi = t[-1] if end_s is None else end_s
-    starts = np.arange(lo, hi - block_s + 1e-9, block_s)
-    blocks = [(s, np.flatnonzero((t >= s) & (t < s + block_s))) for s in starts]
+    blocks = bootstrap_blocks(source, block_s, start_s, end_s)
     out: list[Record] = []
     offset = 0.0
     while offset < duration_s:
