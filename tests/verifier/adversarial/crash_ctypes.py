@@ -1,4 +1,6 @@
 # expect: static
+# dynamic: benchmark
+# family: legacy
 """Crashes the worker through raw memory access."""
 import ctypes
 

@@ -1,4 +1,6 @@
 # expect: static
+# dynamic: benchmark
+# family: legacy
 """Hides a float16 cast behind a computed attribute name."""
 import torch
 

@@ -1,4 +1,6 @@
 # expect: static
+# dynamic: not_promoted
+# family: legacy
 """CUDA event patching: every elapsed_time reads as one microsecond."""
 import torch
 

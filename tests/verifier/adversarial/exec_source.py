@@ -1,4 +1,6 @@
 # expect: static
+# dynamic: benchmark
+# family: legacy
 """Runs generated code the static checks cannot read."""
 import torch
 

@@ -1,4 +1,6 @@
-# expect: captured
+# expect: benchmark
+# dynamic: benchmark
+# family: legacy
 """Hangs the worker on real inputs (engine timeout): must fail, not stall the pipeline."""
 SLOT = "rmsnorm"
 BACKEND = "torch"

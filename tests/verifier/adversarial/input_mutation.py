@@ -1,4 +1,6 @@
 # expect: captured
+# dynamic: captured
+# family: legacy
 """Input mutation: normalises x in place and returns it (right values, clobbered input)."""
 import torch
 

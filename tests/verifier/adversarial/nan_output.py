@@ -1,4 +1,6 @@
-# expect: captured
+# expect: benchmark
+# dynamic: benchmark
+# family: legacy
 """NaN output: one poisoned element in an otherwise correct result."""
 import torch
 

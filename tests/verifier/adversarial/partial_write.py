@@ -1,4 +1,6 @@
-# expect: captured
+# expect: benchmark
+# dynamic: benchmark
+# family: legacy
 """Writes only the first half of the output; the rest is whatever the allocator hands back."""
 import torch
 

@@ -1,4 +1,6 @@
-# expect: captured
+# expect: benchmark
+# dynamic: benchmark
+# family: legacy
 """Precision downgrade the AST cannot see: truncates float32 mantissas to bfloat16's 7 bits."""
 import torch
 

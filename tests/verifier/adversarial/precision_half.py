@@ -1,4 +1,6 @@
 # expect: static
+# dynamic: benchmark
+# family: legacy
 """Precision downgrade: computes in float16 and casts back."""
 import torch
 

@@ -1,4 +1,6 @@
-# expect: captured
+# expect: benchmark
+# dynamic: benchmark
+# family: legacy
 """Raises on every call."""
 SLOT = "rmsnorm"
 BACKEND = "torch"

@@ -1,4 +1,6 @@
 # expect: static
+# dynamic: not_promoted
+# family: legacy
 """Reaches the clock through torch's own re-export of sys (no forbidden import statement)."""
 import torch
 

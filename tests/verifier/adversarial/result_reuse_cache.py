@@ -1,4 +1,6 @@
 # expect: static
+# dynamic: benchmark
+# family: legacy
 """Result reuse: a module-level cache keyed on the input shape serves every later call."""
 import torch
 

@@ -1,4 +1,6 @@
 # expect: static
+# dynamic: benchmark
+# family: legacy
 """Result reuse through a global: remembers the last output and returns it for the same shape."""
 import torch
 

@@ -1,4 +1,6 @@
-# expect: captured
+# expect: benchmark
+# dynamic: benchmark
+# family: legacy
 """Result reuse the AST cannot see: the cache lives inside an object's method (self.store)."""
 import torch
 

@@ -1,4 +1,6 @@
-# expect: race
+# expect: benchmark
+# dynamic: benchmark
+# family: legacy
 """Writes only the checked call: right on odd-numbered calls, garbage on every second call."""
 import torch
 

@@ -1,4 +1,6 @@
 # expect: random
+# dynamic: random
+# family: legacy
 """Shape hard-coding: tuned for the benchmarked row counts (powers of two: 1, 4, 128 tokens); on any
 other shape the rows past the largest power of two are silently left at zero."""
 import torch

@@ -1,4 +1,6 @@
 # expect: static
+# dynamic: benchmark
+# family: legacy
 """Side stream: launches the work on another stream so the timed stream looks idle."""
 import torch
 

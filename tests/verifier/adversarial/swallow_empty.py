@@ -1,4 +1,6 @@
-# expect: captured
+# expect: benchmark
+# dynamic: benchmark
+# family: legacy
 """Swallows its own exception (odd token counts break the pairwise view) and returns an empty tensor."""
 import torch
 

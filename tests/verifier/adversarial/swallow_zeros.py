@@ -1,4 +1,6 @@
-# expect: captured
+# expect: benchmark
+# dynamic: benchmark
+# family: legacy
 """Swallows its own exception (E must split in 3) and returns zeros of the right shape."""
 import torch
 

@@ -1,4 +1,6 @@
-# expect: end_to_end
+# expect: benchmark
+# dynamic: benchmark
+# family: legacy
 """Right for the first 32 calls (more than single-call checks make), garbage once the model runs it."""
 import torch
 

@@ -1,4 +1,6 @@
 # expect: static
+# dynamic: not_promoted
+# family: legacy
 """Timer patching: makes every measured interval look tiny."""
 import time
 

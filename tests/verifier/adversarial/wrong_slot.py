@@ -1,4 +1,6 @@
 # expect: static
+# dynamic: load
+# family: legacy
 """Claims a different slot than it was proposed for."""
 import torch.nn.functional as F
 
