@@ -1,6 +1,8 @@
 """Triton kernel templates for the search agents: one module per op, variants rendered from launch constants.
 
-Each op file in this folder (rmsnorm.py, add_rmsnorm.py, silu_mul.py) is a complete candidate module.
+Each op file in this folder (rmsnorm.py, add_rmsnorm.py, silu_mul.py; decode_attention.py for the
+`attention` slot, gemv.py for `linear`, argmax.py for `sample`; regions/mlp_block.py and
+regions/attn_block.py for the two fused regions) is a complete candidate module.
 Its launch constants sit one per line between the "launch parameters" markers; `render` rewrites
 them to make a variant, so every variant is a distinct, self-contained source text (the candidate id
 is a hash of it). Reading the templates needs no triton: only loading a candidate does.
@@ -15,6 +17,10 @@ from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
 TEMPLATES: dict[str, str] = {slot: f"{slot}.py" for slot in ("rmsnorm", "add_rmsnorm", "silu_mul")}
+TEMPLATES.update({  # slot or region name -> file: the decode kernels (benchmarks/kernels_h200.py times them)
+    "attention": "decode_attention.py", "linear": "gemv.py", "sample": "argmax.py",
+    "mlp_block": "regions/mlp_block.py", "attn_block": "regions/attn_block.py",
+})
 _BEGIN = "# --- launch parameters"
 _END = "# --- end of launch parameters ---"
 _ASSIGN = re.compile(r"^([A-Z][A-Z0-9_]*) = ([^#\n]*?)(\s*#.*)?$", re.MULTILINE)
@@ -91,7 +97,48 @@ def _silu_grid() -> list[dict[str, int]]:
     return grid
 
 
-GRIDS = {"rmsnorm": _norm_grid, "add_rmsnorm": _norm_grid, "silu_mul": _silu_grid}
+def _gemv_grid() -> list[dict[str, int]]:
+    # decode's weight streams: enough programs in flight (small tiles, split-K for the narrow
+    # projections) against few registers per thread; tiles of up to 32k elements stay unspilled
+    grid = []
+    for bn, bk, split in itertools.product((8, 16, 32, 64), (256, 512, 1024), (1, 2, 4, 8)):
+        if bn * bk <= 32768 and not (split > 2 and bn > 32):
+            grid.append(dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, NUM_WARPS=4 if bn * bk <= 16384 else 8,
+                             NUM_STAGES=3))
+    grid += [dict(BLOCK_N=16, BLOCK_K=512, SPLIT_K=s, NUM_WARPS=4, NUM_STAGES=st) for s in (1, 4) for st in (2, 4)]
+    grid += [dict(MAX_M=64, BLOCK_N=bn, BLOCK_K=256, SPLIT_K=1, NUM_WARPS=4, NUM_STAGES=3) for bn in (32, 64)]
+    return grid
+
+
+def _attention_grid() -> list[dict[str, int]]:
+    grid = [dict(BLOCK_N=bn, SPLITS=0, PROGRAMS_PER_SM=p, SKIP_DEAD=1, NUM_WARPS=w, NUM_STAGES=2)
+            for bn in (32, 64, 128) for p in (1, 2, 4) for w in (2, 4)]
+    grid += [dict(BLOCK_N=64, SPLITS=s, SKIP_DEAD=1, NUM_WARPS=4, NUM_STAGES=2) for s in (1, 4, 16)]
+    grid += [dict(BLOCK_N=bn, SPLITS=0, PROGRAMS_PER_SM=2, SKIP_DEAD=0, NUM_WARPS=4, NUM_STAGES=st)
+             for bn in (64, 128) for st in (2, 3)]
+    return grid
+
+
+def _argmax_grid() -> list[dict[str, int]]:
+    return [dict(BLOCK_V=b, TILES=t, NUM_WARPS=w) for b in (512, 1024, 2048, 4096) for t in (1, 2, 4) for w in (4, 8)
+            if b * t <= 8192]
+
+
+def _mlp_block_grid() -> list[dict[str, int]]:
+    grid = [dict(UP_BLOCK_N=un, UP_BLOCK_K=512, UP_SPLIT_K=1, DOWN_BLOCK_N=dn, DOWN_SPLIT_K=ds, NUM_STAGES=3)
+            for un in (8, 16, 32) for dn in (8, 16) for ds in (1, 2, 4)]
+    grid += [dict(STACK=1, UP_BLOCK_N=16, DOWN_BLOCK_N=16, DOWN_SPLIT_K=4)]  # the stacked-weight layout
+    return grid
+
+
+def _attn_block_grid() -> list[dict[str, int]]:
+    return [dict(QKV_BLOCK_N=qn, QKV_SPLIT_K=qs, WO_BLOCK_N=16, WO_SPLIT_K=ws, ATTN_BLOCK_N=ab, PROGRAMS_PER_SM=p)
+            for qn in (8, 16) for qs in (1, 2) for ws in (2, 4) for ab in (32, 64) for p in (2, 4)]
+
+
+GRIDS = {"rmsnorm": _norm_grid, "add_rmsnorm": _norm_grid, "silu_mul": _silu_grid, "linear": _gemv_grid,
+         "attention": _attention_grid, "sample": _argmax_grid, "mlp_block": _mlp_block_grid,
+         "attn_block": _attn_block_grid}
 
 
 def candidates(slots: tuple[str, ...] | None = None) -> list[tuple[str, str, dict[str, str]]]:
