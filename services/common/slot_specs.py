@@ -25,6 +25,10 @@ class SlotSignature:
     params: tuple[str, ...]
     doc: str
     region: str  # the region it nests in: attn_block, mlp_block, layer or step
+    # activation arguments (by position): every timed call gets fresh values in these, so no cache
+    # keyed on them can hit; the others (weights, freqs, masks, eps) rotate through a few copies
+    fresh: tuple[int, ...] = (0,)
+    outputs: int = 1  # tensors the op returns (add_rmsnorm: 2)
 
 
 SLOTS: dict[str, SlotSignature] = {
@@ -38,7 +42,7 @@ SLOTS: dict[str, SlotSignature] = {
         SlotSignature(
             "add_rmsnorm", ("x", "residual", "weight", "eps"),
             "x [B,S,E], residual [B,S,E], weight [E], eps -> (rmsnorm(x + residual) [B,S,E], "
-            "x + residual [B,S,E]); inputs are not modified", "layer",
+            "x + residual [B,S,E]); inputs are not modified", "layer", fresh=(0, 1), outputs=2,
         ),
         SlotSignature(
             "rope", ("x", "freqs_cis"),
@@ -52,7 +56,7 @@ SLOTS: dict[str, SlotSignature] = {
         ),
         SlotSignature(
             "silu_mul", ("gate", "up"),
-            "gate [B,S,I], up [B,S,I] -> silu(gate) * up [B,S,I]", "mlp_block",
+            "gate [B,S,I], up [B,S,I] -> silu(gate) * up [B,S,I]", "mlp_block", fresh=(0, 1),
         ),
         SlotSignature(
             "linear", ("x", "weight"),
@@ -77,6 +81,25 @@ REGION_PARAMS: dict[str, tuple[str, ...]] = {
 }
 assert set(REGION_PARAMS) == set(REGIONS)
 BACKENDS = ("torch", "triton", "compile")
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """A swappable op of either kind, as the engine's one op table sees it. For a region the
+    positions count the module's forward arguments (the module itself is not one of them)."""
+
+    name: str
+    kind: str  # "slot" or "region"
+    params: tuple[str, ...]  # what `kernel(...)` is called with (a region's start with "module")
+    fresh: tuple[int, ...]
+    outputs: int
+
+
+OPS: dict[str, OpSpec] = {
+    **{s.name: OpSpec(s.name, "slot", s.params, s.fresh, s.outputs) for s in SLOTS.values()},
+    # region inputs: x is the activation (step: the token ids are; they are redrawn in range)
+    **{r: OpSpec(r, "region", params, (0,), 1) for r, params in REGION_PARAMS.items()},
+}
 
 
 def candidate_id(slot: str, source: str) -> str:

@@ -1,29 +1,47 @@
-"""Real forward passes inside a worker: capture each slot's inputs, and profile per-slot time.
+"""Real forward passes: capture each op's inputs (harness), and profile per-op time (live engine).
 
 Capture runs the model at traffic shapes (prefill on prompts, then decode steps), records a few
-cloned argument sets per slot and keeps them as named input sets ("captured:<n>") for RunSlot and
-the verifier. Profile wraps every slot with a timer for a few steps and times whole steps unwrapped.
+cloned argument sets per slot, and each region module's first call with the KV cache it read, and
+keeps them as named input sets ("captured:<n>") for benchmarks, RunOp and the verifier. Profile
+wraps every slot with a timer for a few steps and times whole steps unwrapped.
 """
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from services.engine_host.inputs import Shape, clone_args
-
-if TYPE_CHECKING:
-    from services.engine_host.runtime import Runtime
+from services.common.shapes import Shape
+from services.common.slot_specs import REGIONS
+from services.engine_host.cuda_graphs import DecodeGraphs
+from services.engine_host.inputs import clone_args
+from services.engine_host.models.llama import Transformer
+from services.engine_host.ops import OpTable
+from services.engine_host.protocol import OpTime, ProfileReport
 
 PER_SIGNATURE = 2  # argument sets kept per distinct argument shape (e.g. two layers' worth)
+CacheState = tuple[tuple[int, Tensor, Tensor], ...]  # (layer, k_cache, v_cache) clones
+
+
+@dataclass
+class ModelView:
+    """What running a model at a shape needs (the harness's reference model, or a live engine's)."""
+
+    model: Transformer
+    table: OpTable
+    graphs: DecodeGraphs | None
+    device: torch.device
+    seed: int
+    progress: Callable[[str], None]
 
 
 @dataclass
@@ -31,10 +49,11 @@ class Captured:
     input_id: str
     shape_key: str
     args: tuple[Any, ...]
+    caches: CacheState = ()  # regions: the KV state their module read
 
 
 class CaptureStore:
-    """Per slot, captured argument sets in insertion order; ids stay stable until re-captured."""
+    """Per op, captured argument sets in insertion order; ids stay stable until re-captured."""
 
     def __init__(self, per_slot: int) -> None:
         self.per_slot = per_slot
@@ -46,44 +65,42 @@ class CaptureStore:
     def has(self, shape_key: str) -> bool:
         return shape_key in self._shapes
 
-    def replace(self, shape_key: str, recorded: dict[str, list[tuple[Any, ...]]], weight: float = 1.0) -> None:
+    def replace(self, shape_key: str, recorded: dict[str, list[Captured]], weight: float = 1.0) -> None:
         self.weights[shape_key] = weight
-        for slot in list(self._sets):
-            self._sets[slot] = [c for c in self._sets[slot] if c.shape_key != shape_key]
-        for slot, arg_sets in recorded.items():
-            for args in arg_sets:
-                self._sets[slot].append(Captured(f"captured:{self._next[slot]}", shape_key, args))
-                self._next[slot] += 1
+        for op in list(self._sets):
+            self._sets[op] = [c for c in self._sets[op] if c.shape_key != shape_key]
+        for op, sets in recorded.items():
+            for c in sets:
+                self._sets[op].append(Captured(f"captured:{self._next[op]}", shape_key, c.args, c.caches))
+                self._next[op] += 1
         self._shapes.add(shape_key)
 
-    def sets(self, slot: str, shape_keys: set[str] | None = None) -> list[tuple[str, tuple[Any, ...]]]:
-        return [(c.input_id, c.args) for c in self._sets.get(slot, [])
-                if shape_keys is None or c.shape_key in shape_keys]
+    def sets(self, op: str, shape_keys: set[str] | None = None) -> list[Captured]:
+        return [c for c in self._sets.get(op, []) if shape_keys is None or c.shape_key in shape_keys]
 
-    def grouped(self, slot: str, shape_keys: set[str] | None = None) -> dict[tuple[str, tuple[Any, ...]],
-                                                                              list[tuple[Any, ...]]]:
-        """Captured argument sets by (shape key, argument shapes): one timed work item per group."""
-        out: dict[tuple[str, tuple[Any, ...]], list[tuple[Any, ...]]] = defaultdict(list)
-        for c in self._sets.get(slot, []):
-            if shape_keys is None or c.shape_key in shape_keys:
-                out[(c.shape_key, _signature(c.args))].append(c.args)
+    def grouped(self, op: str, shape_keys: set[str] | None = None) -> dict[tuple[str, tuple[Any, ...]],
+                                                                          list[Captured]]:
+        """Captured sets by (shape key, argument shapes): one timed work item per group."""
+        out: dict[tuple[str, tuple[Any, ...]], list[Captured]] = defaultdict(list)
+        for c in self.sets(op, shape_keys):
+            out[(c.shape_key, signature_of(c.args))].append(c)
         return out
 
     def counts(self) -> dict[str, int]:
-        return {slot: len(v) for slot, v in self._sets.items()}
+        return {op: len(v) for op, v in self._sets.items()}
 
 
-def _signature(args: tuple[Any, ...]) -> tuple[Any, ...]:
+def signature_of(args: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(tuple(a.shape) if isinstance(a, Tensor) else a for a in args)
 
 
-def _tokens(rt: Runtime, shape: Shape) -> Tensor:
-    g = torch.Generator().manual_seed(rt.spec.seed * 7919 + shape.batch * 100_003 + shape.context)
-    return torch.randint(0, rt.args.vocab_size, (shape.batch, shape.context), generator=g).to(rt.device)
+def _tokens(rt: ModelView, shape: Shape) -> Tensor:
+    g = torch.Generator().manual_seed(rt.seed * 7919 + shape.batch * 100_003 + shape.context)
+    return torch.randint(0, rt.model.args.vocab_size, (shape.batch, shape.context), generator=g).to(rt.device)
 
 
 @contextmanager
-def at_shape(rt: Runtime, shape: Shape) -> Iterator[Callable[[], Tensor]]:
+def at_shape(rt: ModelView, shape: Shape) -> Iterator[Callable[[], Tensor]]:
     """Prepare the KV cache for `shape` and yield a function that runs one step at it."""
     tokens, model, dev = _tokens(rt, shape), rt.model, rt.device
     T = shape.context
@@ -105,15 +122,15 @@ def at_shape(rt: Runtime, shape: Shape) -> Iterator[Callable[[], Tensor]]:
     yield step
 
 
-def _recorder(recorded: dict[str, list[tuple[Any, ...]]], per_slot: int) -> Callable[..., Any]:
+def _recorder(recorded: dict[str, list[Captured]], per_slot: int) -> Callable[..., Any]:
     seen: dict[tuple[str, tuple[Any, ...]], int] = defaultdict(int)
 
     def wrap(slot: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def recorder(*args: Any) -> Any:
-            key = (slot, _signature(args))
+            key = (slot, signature_of(args))
             if seen[key] < PER_SIGNATURE and len(recorded[slot]) < per_slot:
                 seen[key] += 1
-                recorded[slot].append(clone_args(args))
+                recorded[slot].append(Captured("", "", clone_args(args)))
             return fn(*args)
 
         return recorder
@@ -121,29 +138,78 @@ def _recorder(recorded: dict[str, list[tuple[Any, ...]]], per_slot: int) -> Call
     return wrap
 
 
-def capture(rt: Runtime, shapes: list[Shape], only_missing: bool = False) -> dict[str, Any]:
+def region_layers(model: Transformer, region: str) -> list[int]:
+    """The layers whose KV cache a region's first module reads (all of them for `step`)."""
+    if region == "step":
+        return list(range(len(model.layers)))
+    return [0] if region in ("attn_block", "layer") else []
+
+
+def cache_state(model: Transformer, layers: list[int]) -> CacheState:
+    out = []
+    for i in layers:
+        cache = model.layers[i].attention.kv_cache
+        assert cache is not None
+        out.append((i, cache.k_cache.clone(), cache.v_cache.clone()))
+    return tuple(out)
+
+
+def restore_caches(model: Transformer, state: CacheState) -> None:
+    for i, k, v in state:
+        cache = model.layers[i].attention.kv_cache
+        assert cache is not None
+        cache.k_cache.copy_(k)
+        cache.v_cache.copy_(v)
+
+
+def _region_hooks(rt: ModelView, recorded: dict[str, list[Captured]]) -> list[Any]:
+    """Pre-hooks that keep each region module's first call of the step, with the KV state it reads."""
+    handles = []
+    for region in REGIONS:
+        module = rt.table.modules(region)[0]
+        signature = inspect.signature(type(module).forward)
+
+        def hook(mod: Any, args: tuple[Any, ...], kwargs: dict[str, Any], region: str = region,
+                 signature: inspect.Signature = signature) -> None:
+            if not recorded[region]:
+                bound = signature.bind(mod, *args, **kwargs)
+                bound.apply_defaults()
+                recorded[region].append(Captured("", "", clone_args(tuple(bound.arguments.values())[1:]),
+                                                 cache_state(rt.model, region_layers(rt.model, region))))
+
+        handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+    return handles
+
+
+def capture(rt: ModelView, store: CaptureStore, shapes: list[Shape], only_missing: bool = False) -> list[str]:
+    """Record every op's inputs from a real step at each shape (decode: the second of two steps)."""
     done = []
     for shape in shapes:
-        if only_missing and rt.captured.has(shape.key):
+        if only_missing and store.has(shape.key):
             continue
-        recorded: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
-        with torch.inference_mode(), at_shape(rt, shape) as step, \
-                rt.table.wrapped(_recorder(recorded, rt.captured.per_slot)):
-            step()
+        recorded: dict[str, list[Captured]] = defaultdict(list)
+        with torch.inference_mode(), at_shape(rt, shape) as step:
             if shape.phase == "decode":
-                step()
-        rt.captured.replace(shape.key, recorded, shape.weight)
+                step()  # the first decode step leaves the cache as every later one reads it
+            handles = _region_hooks(rt, recorded)
+            try:
+                with rt.table.wrapped(_recorder(recorded, store.per_slot)):
+                    step()
+            finally:
+                for h in handles:
+                    h.remove()
+        store.replace(shape.key, recorded, shape.weight)
         done.append(shape.key)
         rt.progress(f"captured {shape.key}")
-    return {"captured": done, "counts": rt.captured.counts()}
+    return done
 
 
-def _sync(rt: Runtime) -> None:
+def _sync(rt: ModelView) -> None:
     if rt.device.type == "cuda":
         torch.cuda.synchronize(rt.device)
 
 
-def _timer(rt: Runtime, acc: dict[str, float], calls: dict[str, int]) -> Callable[..., Any]:
+def _timer(rt: ModelView, acc: dict[str, float], calls: dict[str, int]) -> Callable[..., Any]:
     def wrap(slot: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any) -> Any:
             _sync(rt)
@@ -159,50 +225,47 @@ def _timer(rt: Runtime, acc: dict[str, float], calls: dict[str, int]) -> Callabl
     return wrap
 
 
-def profile(rt: Runtime, shapes: list[Shape], steps: int = 5) -> dict[str, Any]:
-    """Per-slot time per step (sum over its calls) and whole-step time, at each shape."""
-    times: list[dict[str, Any]] = []
+def _step_times(rt: ModelView, run: Callable[[], Any], steps: int) -> list[float]:
+    times = []
+    for _ in range(steps):
+        _sync(rt)
+        start = time.perf_counter()
+        run()
+        _sync(rt)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def profile(rt: ModelView, shapes: list[Shape], steps: int = 5) -> ProfileReport:
+    """Per-slot time per step (sum over its calls) and whole-step time, at each shape. Guidance for
+    campaigns (where the time goes), never a verdict: it runs in the live engine."""
+    times: list[OpTime] = []
     step_total, weight_total = 0.0, 0.0
     eager_us: dict[str, float] = {}  # decode shapes timed through graphs: their eager step, for reference
     for shape in shapes:
         per_step: dict[str, list[float]] = defaultdict(list)
         calls: dict[str, int] = defaultdict(int)
         acc: dict[str, float] = defaultdict(float)
-        wrap = _timer(rt, acc, calls)
         with torch.inference_mode(), at_shape(rt, shape) as step:
             step()  # warm-up
-            with rt.table.wrapped(wrap):
+            with rt.table.wrapped(_timer(rt, acc, calls)):
                 for _ in range(steps):
                     acc.clear()
                     step()
                     for slot, seconds in acc.items():
                         per_step[slot].append(seconds)
-            plain = []
-            for _ in range(steps):
-                _sync(rt)
-                start = time.perf_counter()
-                step()
-                _sync(rt)
-                plain.append(time.perf_counter() - start)
+            plain = _step_times(rt, step, steps)
             if rt.graphs is not None and shape.phase == "decode":
                 # what a decode step costs in production: one replay of the bucket's CUDA graph
+                graphs = rt.graphs
                 eager_us[shape.key] = float(np.median(plain)) * 1e6
                 last = _tokens(rt, shape)[:, -1]
-                rt.graphs.step(last, shape.context - 1)  # (re)captures the bucket if needed
-                plain = []
-                for _ in range(steps):
-                    _sync(rt)
-                    start = time.perf_counter()
-                    rt.graphs.step(last, shape.context - 1)
-                    _sync(rt)
-                    plain.append(time.perf_counter() - start)
+                graphs.step(last, shape.context - 1)  # (re)captures the bucket if needed
+                pos = shape.context - 1
+                plain = _step_times(rt, lambda g=graphs, t=last, p=pos: g.step(t, p), steps)
         for slot, values in per_step.items():
-            times.append({"slot": slot, "shape": shape, "median_us": float(np.median(values)) * 1e6,
-                          "calls_per_step": calls[slot] // steps})
+            times.append(OpTime(slot, shape, float(np.median(values)) * 1e6, calls[slot] // steps))
         step_total += float(np.median(plain)) * 1e6 * shape.weight
         weight_total += shape.weight
         rt.progress(f"profiled {shape.key}")
-    return {"times": [{**t, "shape": (t["shape"].phase, t["shape"].batch, t["shape"].context,
-                                       t["shape"].weight)} for t in times],
-            "step_us": step_total / max(weight_total, 1e-12), "graphs": rt.graphs is not None,
-            "eager_step_us": eager_us}
+    return ProfileReport(tuple(times), step_total / max(weight_total, 1e-12), rt.graphs is not None, eager_us)

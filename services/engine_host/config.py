@@ -6,27 +6,19 @@ import socket
 from dataclasses import dataclass
 
 from services.common.config import ConfigError, Env
-
-RawShape = tuple[str, int, int, float]
+from services.common.shapes import Shape, ShapeError
+from services.common.shapes import parse_shapes as common_parse_shapes
 
 # CPU-sized defaults: short decode at two batch sizes and a short prefill, weighted like chat traffic
 DEFAULT_SHAPES = "decode:1:256:0.4,decode:4:256:0.4,prefill:1:128:0.2"
 
 
-def parse_shapes(text: str) -> tuple[RawShape, ...]:
-    """"phase:batch:context[:weight],..." → ((phase, batch, context, weight), ...)."""
-    shapes = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        fields = part.split(":")
-        try:
-            phase, batch, context = fields[0], int(fields[1]), int(fields[2])
-            weight = float(fields[3]) if len(fields) > 3 else 1.0
-        except (IndexError, ValueError) as exc:
-            raise ConfigError(f"bad shape {part!r}: expected phase:batch:context[:weight]") from exc
-        if phase not in ("decode", "prefill") or batch < 1 or context < 1 or weight <= 0:
-            raise ConfigError(f"bad shape {part!r}")
-        shapes.append((phase, batch, context, weight))
-    return tuple(shapes)
+def parse_shapes(text: str) -> tuple[Shape, ...]:
+    """"phase:batch:context[:weight],..." → shapes; ConfigError names the bad item."""
+    try:
+        return common_parse_shapes(text)
+    except ShapeError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 @dataclass(frozen=True)
@@ -49,11 +41,12 @@ class EngineHostConfig:
     samples: int = 5
     sample_s: float = 2e-3
     noise_floor: float = 0.01
-    default_shapes: tuple[RawShape, ...] = parse_shapes(DEFAULT_SHAPES)
+    default_shapes: tuple[Shape, ...] = parse_shapes(DEFAULT_SHAPES)
     capture_per_slot: int = 8
     consume: bool = True  # take candidates from candidates.proposed
     durable: str = "engine-fast"
     checkpoint: str = ""  # safetensors weights for the model (both tiers); empty: seeded random weights
+    sandbox_pool: int = 1  # warm sandboxes each tier keeps ready for the next candidate
 
     @classmethod
     def from_env(cls, env: Env, model: str = "llama-tiny") -> EngineHostConfig:
@@ -84,4 +77,5 @@ class EngineHostConfig:
             consume=env.bool("ENGINE_CONSUME", True),
             durable=env.str("ENGINE_DURABLE", "engine-fast"),
             checkpoint=env.str("ENGINE_CHECKPOINT", ""),
+            sandbox_pool=env.int("ENGINE_SANDBOX_POOL", 1),
         )

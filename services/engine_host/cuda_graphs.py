@@ -21,14 +21,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from services.engine_host.gpu_regions import RegionTable
-from services.engine_host.slots import SlotTable
+from services.common.slot_specs import REGIONS, SLOTS
+from services.engine_host.ops import OpTable
 
 
 @dataclass
 class Capture:
     bucket: int
-    versions: dict[str, int]  # "slot:<name>" / "region:<name>" → version at capture
+    versions: dict[str, int]  # op name (slot or region) → its version at capture
     tokens: Tensor  # static input [bucket, 1]
     pos: Tensor  # static input [1]
     out: Tensor | None = None  # static output [bucket] next tokens
@@ -58,9 +58,9 @@ def buckets_for(max_batch: int) -> list[int]:
 
 
 class DecodeGraphs:
-    def __init__(self, model: Any, table: SlotTable | None, buckets: list[int], *,
-                 regions: RegionTable | None = None, use_graphs: bool | None = None) -> None:
-        self.model, self.table, self.regions = model, table, regions
+    def __init__(self, model: Any, table: OpTable, buckets: list[int], *,
+                 use_graphs: bool | None = None) -> None:
+        self.model, self.table = model, table
         self.buckets = sorted(set(buckets))
         if self.buckets[-1] > model.max_batch:
             raise ValueError(f"bucket {self.buckets[-1]} exceeds the KV cache's max batch {model.max_batch}")
@@ -69,8 +69,7 @@ class DecodeGraphs:
         self.captures: dict[int, Capture] = {}
         self.stats = GraphStats()
         # looked up on every call, never bound once: a swapped `sample` must reach the graphs too
-        slots = table if table is not None else model.slots
-        self._sample: Callable[[Tensor], Tensor] = lambda logits: slots.sample(logits)
+        self._sample: Callable[[Tensor], Tensor] = lambda logits: table.sample(logits)
 
     # -- bookkeeping --------------------------------------------------------------------------
     def bucket(self, batch: int) -> int:
@@ -80,14 +79,7 @@ class DecodeGraphs:
         raise ValueError(f"batch {batch} exceeds the largest bucket {self.buckets[-1]}")
 
     def _current(self, keys: list[str]) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for key in keys:
-            kind, name = key.split(":", 1)
-            if kind == "slot" and self.table is not None:
-                out[key] = self.table.slot_versions[name]
-            elif kind == "region" and self.regions is not None:
-                out[key] = self.regions.versions[name]
-        return out
+        return {key: self.table.versions[key] for key in keys}
 
     def valid(self, bucket: int) -> bool:
         cap = self.captures.get(bucket)
@@ -108,33 +100,25 @@ class DecodeGraphs:
     def _recording(self, used: set[str], args: dict[str, tuple[Any, ...]] | None = None) -> Iterator[None]:
         """Note every slot and region a forward pass calls (what a graph depends on) and, when `args`
         is given, each slot's first call arguments (what a targeted warm-up re-runs after a swap)."""
-        if self.regions is not None:  # every decode step runs through all four regions' modules
-            used.update(f"region:{r}" for r in self.regions.versions)
-        if self.table is None:
-            yield
-            return
+        used.update(REGIONS)  # every decode step runs through all four regions' modules
 
         def wrap(slot: str, fn: Callable[..., Any]) -> Callable[..., Any]:
             def rec(*a: Any) -> Any:
-                used.add(f"slot:{slot}")
+                used.add(slot)
                 if args is not None and slot not in args:
                     args[slot] = a
                 return fn(*a)
             return rec
 
-        with self.table.wrapped(wrap):
-            if self.regions is not None:
-                with self.regions.recording(used):
-                    yield
-            else:
-                yield
+        with self.table.wrapped(wrap), self.table.recording(used):
+            yield
 
     def _changed_slots(self, old: Capture) -> list[str] | None:
         """The slots whose version moved since `old` was captured; None when a region moved or a moved
         slot's arguments were never recorded (then only a whole eager step is a safe warm-up)."""
         now = self._current(list(old.versions))
         moved = [k for k in old.versions if now.get(k) != old.versions[k]]
-        slots = [k.split(":", 1)[1] for k in moved if k.startswith("slot:")]
+        slots = [k for k in moved if k in SLOTS]
         if len(slots) != len(moved) or any(s not in old.slot_args for s in slots):
             return None
         return slots
@@ -143,7 +127,7 @@ class DecodeGraphs:
         began = time.perf_counter()
         cap = Capture(bucket, {}, tokens.clone(), pos.clone())
         used: set[str] = set()
-        changed = self._changed_slots(old) if old is not None and self.table is not None else None
+        changed = self._changed_slots(old) if old is not None else None
         stage: dict[str, float] = {}
         if not self.use_graphs:  # eager: one recording step tells which slots the bucket depends on
             with self._recording(used, cap.slot_args):
@@ -180,7 +164,6 @@ class DecodeGraphs:
             if changed is not None and old is not None:
                 # a slot swap: only the new ops need warming, on the arguments this bucket gave them last
                 # time (real values from an eager step, so index-like inputs stay in range)
-                assert self.table is not None
                 for slot in changed:
                     getattr(self.table, slot)(*old.slot_args[slot])
                 cap.slot_args = old.slot_args

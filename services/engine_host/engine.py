@@ -1,8 +1,9 @@
 """The engine: the ONE code path behind the gRPC API and the host's own queue consumer.
 
-It owns one worker per tier (fast: a few layers, slow: the whole model), turns requests into worker
-commands and worker results into protobuf replies. Candidate failures are results (a status and a
-reason), never exceptions; `EngineRequestError` means the request itself is invalid.
+It owns one harness per tier (fast: a few layers, slow: the whole model), turns requests into typed
+harness commands (protocol.py) and their reports into protobuf replies. Slots and regions are both
+ops: the same benchmark, swap, run and generate paths serve either. Candidate failures are results (a
+status and a reason), never exceptions; `EngineRequestError` means the request itself is invalid.
 """
 
 from __future__ import annotations
@@ -16,11 +17,28 @@ from typing import Any
 from proto.gen.polymorph.v1 import engine_service_pb2 as es
 from proto.gen.polymorph.v1 import events_pb2 as ev
 from services.common.log import get_logger
-from services.common.slot_specs import SLOTS, candidate_id
+from services.common.shapes import Shape, ShapeError
+from services.common.slot_specs import OPS, REGIONS, SLOTS, candidate_id
 from services.engine_host import protos
 from services.engine_host.config import EngineHostConfig
-from services.engine_host.tiers import Tier
-from services.engine_host.worker import RawShape, WorkerError, WorkerFailure, WorkerSpec
+from services.engine_host.procs import ChildFailure, ChildRefused
+from services.engine_host.protocol import (
+    Benchmark,
+    BenchmarkReport,
+    GenerateReport,
+    HarnessSpec,
+    InputSource,
+    Install,
+    Profile,
+    ProfileReport,
+    Rollback,
+    RunOp,
+    RunReport,
+    Status,
+    SwapReport,
+)
+from services.engine_host.protocol import Generate as GenerateCmd
+from services.engine_host.tiers import Tier, code_of
 
 log = get_logger("engine_host.engine")
 
@@ -28,7 +46,7 @@ REFERENCE_ID = "reference"
 
 
 class EngineRequestError(ValueError):
-    """The request cannot be served as asked (unknown slot or tier, bad prompt, ...)."""
+    """The request cannot be served as asked (unknown op or tier, bad prompt, ...)."""
 
 
 def _with_id(candidate: ev.Candidate) -> ev.Candidate:
@@ -40,16 +58,21 @@ def _with_id(candidate: ev.Candidate) -> ev.Candidate:
     return filled
 
 
+def _known(op: str, what: str = "op") -> None:
+    if op not in OPS:
+        raise EngineRequestError(f"unknown {what} {op!r}; slots: {', '.join(SLOTS)}; regions: {', '.join(REGIONS)}")
+
+
 class Engine:
     def __init__(self, config: EngineHostConfig, model: str, data_dir: Path) -> None:
         self.config, self.model, self.data_dir = config, model, data_dir
-        base = WorkerSpec(
+        base = HarnessSpec(
             tier="fast", model=model, n_layers=config.fast_layers, seed=config.seed, device=config.device,
             data_dir=str(data_dir), max_batch=config.max_batch, max_tokens=config.max_tokens,
-            max_shapes=config.max_shapes,
-            threads=config.threads, rounds=config.rounds, samples=config.samples,
-            target_sample_s=config.sample_s, noise_floor=config.noise_floor, capture_per_slot=config.capture_per_slot,
-            checkpoint=config.checkpoint,
+            max_shapes=config.max_shapes, threads=config.threads, rounds=config.rounds, samples=config.samples,
+            target_sample_s=config.sample_s, noise_floor=config.noise_floor,
+            capture_per_slot=config.capture_per_slot, checkpoint=config.checkpoint,
+            candidate_timeout_s=config.candidate_timeout_s, sandbox_pool=config.sandbox_pool,
         )
         specs = {
             "fast": base,
@@ -69,13 +92,17 @@ class Engine:
     async def stop(self) -> None:
         await asyncio.gather(*(t.stop() for t in self.tiers.values()), return_exceptions=True)
 
+    def _info(self, field: str) -> str:
+        info = next(iter(self.tiers.values())).info
+        return str(getattr(info, field)) if info is not None else ""
+
     @property
     def hardware(self) -> str:
-        return next(iter(self.tiers.values())).info.get("hardware", "")
+        return self._info("hardware")
 
     @property
     def device(self) -> str:
-        return next(iter(self.tiers.values())).info.get("device", "")
+        return self._info("device")
 
     @property
     def engine_id(self) -> str:
@@ -92,19 +119,23 @@ class Engine:
     def _targets(self, value: int) -> list[Tier]:
         return list(self.tiers.values()) if not value else [self.tier(value, "fast")]
 
-    def _shapes(self, *lists: Any) -> list[RawShape]:
-        for buckets in lists:
-            if buckets:
-                return protos.raw_shapes(buckets)
-        return list(self.config.default_shapes)
-
-    def _timeout(self, candidate_code: bool) -> float:
-        return self.config.candidate_timeout_s if candidate_code else max(self.config.candidate_timeout_s, 120.0)
-
-    async def _call(self, tier: Tier, command: str, candidate_code: bool, **kwargs: Any) -> Any:
+    def _shapes(self, *lists: Any) -> tuple[Shape, ...]:
         try:
-            return await tier.call(command, self._timeout(candidate_code), **kwargs)
-        except WorkerError as exc:
+            for buckets in lists:
+                if buckets:
+                    return protos.shapes(buckets)
+        except ShapeError as exc:
+            raise EngineRequestError(str(exc)) from exc
+        return tuple(self.config.default_shapes)
+
+    def _timeout(self) -> float:
+        # the harness enforces the per-candidate limit on its sandboxes; this one guards the harness
+        return max(self.config.candidate_timeout_s * 4, 300.0)
+
+    async def _call(self, tier: Tier, command: Any) -> Any:
+        try:
+            return await tier.call(command, self._timeout())
+        except ChildRefused as exc:
             raise EngineRequestError(str(exc)) from exc
 
     # -- benchmark --------------------------------------------------------------------------
@@ -117,20 +148,20 @@ class Engine:
             candidate_id=candidate.candidate_id, campaign_id=candidate.campaign_id, slot=candidate.slot,
             engine_id=self.engine_id, tier=target.name, hardware=self.hardware, model=self.model,
         )
-        if candidate.slot not in SLOTS:
-            result.status, result.reason = ev.BENCH_STATUS_LOAD_ERROR, f"unknown slot {candidate.slot!r}"
+        if candidate.slot not in OPS:
+            result.status = ev.BENCH_STATUS_LOAD_ERROR
+            result.reason = f"unknown slot or region {candidate.slot!r}"
             result.incumbent_id = REFERENCE_ID
         else:
-            result.incumbent_id = target.slot_ids().get(candidate.slot, REFERENCE_ID)
+            result.incumbent_id = target.op_ids().get(candidate.slot, REFERENCE_ID)
+            command = Benchmark(code_of(candidate), self._shapes(shapes, candidate.shapes), rounds)
             try:
-                out = await self._call(target, "benchmark", True, source=candidate.source, slot=candidate.slot,
-                                       candidate_id=candidate.candidate_id,
-                                       shapes=self._shapes(shapes, candidate.shapes), rounds=rounds)
-            except WorkerFailure as failure:
+                report: BenchmarkReport = await self._call(target, command)
+            except ChildFailure as failure:
                 result.status = protos.BENCH_STATUS[failure.status]
-                result.reason = f"{failure.reason}; worker restarted"
+                result.reason = f"{failure.reason}; harness restarted"
             else:
-                self._fill(result, out)
+                self._fill(result, report)
         self.experiments += 1
         result.bench_s = time.perf_counter() - began
         result.finished_unix = time.time()
@@ -139,41 +170,40 @@ class Engine:
                  speedup_lo=round(result.speedup_lo, 4), reason=result.reason, bench_s=round(result.bench_s, 2))
         return result
 
-    def _fill(self, result: ev.BenchmarkResult, out: dict[str, Any]) -> None:
-        result.status = protos.BENCH_STATUS[out["status"]]
-        result.reason = out.get("reason", "")
-        result.incumbent_id = out.get("incumbent_id", result.incumbent_id)
-        if out["status"] != "OK":
+    def _fill(self, result: ev.BenchmarkResult, report: BenchmarkReport) -> None:
+        result.status = protos.BENCH_STATUS[report.status]
+        result.reason = report.reason
+        result.incumbent_id = report.incumbent_id or result.incumbent_id
+        if report.status != Status.OK or report.candidate is None or report.incumbent is None:
             return
-        result.candidate.CopyFrom(protos.timing(out["candidate"]))
-        result.incumbent.CopyFrom(protos.timing(out["incumbent"]))
-        result.aa_spread = out["aa_spread"]
-        result.speedup, result.speedup_lo, result.speedup_hi = out["speedup"], out["speedup_lo"], out["speedup_hi"]
+        result.candidate.CopyFrom(protos.timing(report.candidate))
+        result.incumbent.CopyFrom(protos.timing(report.incumbent))
+        result.aa_spread = report.aa_spread
+        result.speedup, result.speedup_lo, result.speedup_hi = report.speedup, report.speedup_lo, report.speedup_hi
+        result.checked_calls, result.timed_calls = report.checked_calls, report.timed_calls
         # 0 when the incumbent's own gain is unknown (installed by hand rather than promoted)
         result.speedup_vs_reference = result.speedup * self.svr.get(result.incumbent_id, 0.0)
 
-    # -- hot swap ---------------------------------------------------------------------------
+    # -- hot swap: only kernels that passed reach the live engines ------------------------------
     async def swap(self, candidate: ev.Candidate, tier: int = es.TIER_UNSPECIFIED) -> es.SwapKernelReply:
         candidate = _with_id(candidate)
-        if candidate.slot not in SLOTS:
-            raise EngineRequestError(f"unknown slot {candidate.slot!r}")
+        _known(candidate.slot, "slot or region")
         reply = es.SwapKernelReply(ok=True, slot=candidate.slot, status=es.RUN_STATUS_OK)
         for target in self._targets(tier):
             try:
-                out = await self._call(target, "swap", True, source=candidate.source, slot=candidate.slot,
-                                       candidate_id=candidate.candidate_id)
-            except WorkerFailure as failure:
+                out: SwapReport = await self._call(target, Install(code_of(candidate), warm=False))
+            except ChildFailure as failure:
                 self._fail(reply, protos.RUN_STATUS[failure.status], f"{target.name}: {failure.reason}")
                 continue
-            reply.previous_id = reply.previous_id or out.get("previous", "")
-            if out["status"] != "OK":
-                self._fail(reply, protos.RUN_STATUS[out["status"]], f"{target.name}: {out['error']}")
+            reply.previous_id = reply.previous_id or out.previous_id
+            if out.status != Status.OK:
+                self._fail(reply, protos.RUN_STATUS[out.status], f"{target.name}: {out.error}")
                 continue
             target.installed.pop(candidate.slot, None)  # re-insert: restarts re-install in swap order
             target.installed[candidate.slot] = candidate
             self.known[candidate.candidate_id] = candidate
             reply.installed_id = candidate.candidate_id
-            reply.swap_s = max(reply.swap_s, out["swap_s"])
+            reply.swap_s = max(reply.swap_s, out.swap_s)
         return reply
 
     @staticmethod
@@ -185,8 +215,7 @@ class Engine:
 
     async def rollback(self, slot: str, tier: int = es.TIER_UNSPECIFIED,
                        to_candidate_id: str = "") -> es.SwapKernelReply:
-        if slot not in SLOTS:
-            raise EngineRequestError(f"unknown slot {slot!r}")
+        _known(slot, "slot or region")
         if to_candidate_id and to_candidate_id != REFERENCE_ID:
             if to_candidate_id not in self.known:
                 raise EngineRequestError(f"candidate {to_candidate_id} was never installed on this host")
@@ -194,13 +223,13 @@ class Engine:
         reply = es.SwapKernelReply(ok=True, slot=slot, status=es.RUN_STATUS_OK, installed_id=REFERENCE_ID)
         for target in self._targets(tier):
             began = time.perf_counter()
-            target.installed.pop(slot, None)  # first: a worker restarted meanwhile comes back without it
+            target.installed.pop(slot, None)  # first: a harness restarted meanwhile comes back without it
             try:
-                out = await self._call(target, "rollback", False, slot=slot)
-            except WorkerFailure as failure:
+                out: SwapReport = await self._call(target, Rollback(slot))
+            except ChildFailure as failure:
                 self._fail(reply, protos.RUN_STATUS[failure.status], f"{target.name}: {failure.reason}")
                 continue
-            reply.previous_id = reply.previous_id or out["previous"]
+            reply.previous_id = reply.previous_id or out.previous_id
             reply.swap_s = max(reply.swap_s, time.perf_counter() - began)
         return reply
 
@@ -216,53 +245,53 @@ class Engine:
 
     # -- run, profile, generate -------------------------------------------------------------
     async def run_slot(self, req: es.RunSlotRequest) -> es.RunSlotReply:
-        slot = req.candidate.slot
-        if slot not in SLOTS:
-            raise EngineRequestError(f"unknown slot {slot!r}: set candidate.slot")
+        op = req.candidate.slot
+        if not op:
+            raise EngineRequestError("set candidate.slot (a slot or a region)")
+        _known(op, "slot or region")
         target = self.tier(req.tier, "slow")
-        source = "random" if req.source == es.INPUT_SOURCE_RANDOM else "captured"
-        shapes = protos.raw_shapes(req.shapes)
-        if source == "random" and not shapes:
-            shapes = list(self.config.default_shapes)
-        candidate = _with_id(req.candidate) if req.candidate.source.strip() else req.candidate
+        source = InputSource.RANDOM if req.source == es.INPUT_SOURCE_RANDOM else InputSource.CAPTURED
+        shapes = self._shapes(req.shapes) if req.shapes else ()
+        if source == InputSource.RANDOM and not shapes:
+            shapes = tuple(self.config.default_shapes)
+        code = code_of(_with_id(req.candidate)) if req.candidate.source.strip() else None
+        command = RunOp(op, code, source, shapes, req.seed, req.max_inputs, max(req.repeats, 0))
         try:
-            out = await self._call(target, "run_slot", bool(candidate.source.strip()), source=candidate.source,
-                                   slot=slot, candidate_id=candidate.candidate_id, input_source=source,
-                                   shapes=shapes, seed=req.seed, max_inputs=req.max_inputs)
-        except WorkerFailure as failure:
-            return es.RunSlotReply(slot=slot, status=protos.RUN_STATUS[failure.status],
-                                   error=f"{failure.reason}; worker restarted")
-        return protos.run_slot_reply(slot, out)
+            out: RunReport = await self._call(target, command)
+        except ChildFailure as failure:
+            return es.RunSlotReply(slot=op, status=protos.RUN_STATUS[failure.status],
+                                   error=f"{failure.reason}; harness restarted")
+        return protos.run_slot_reply(op, out)
 
     async def profile(self, req: es.ProfileRequest) -> es.ProfileReply:
         target = self.tier(req.tier, "slow")
         try:
-            out = await self._call(target, "profile", False, shapes=self._shapes(req.shapes))
-        except WorkerFailure as failure:
+            out: ProfileReport = await self._call(target, Profile(self._shapes(req.shapes)))
+        except ChildFailure as failure:
             raise EngineRequestError(f"profile failed: {failure.reason}") from failure
-        reply = es.ProfileReply(step_us=out["step_us"])
-        for t in out["times"]:
-            reply.times.append(es.SlotTime(slot=t["slot"], shape=protos.bucket(t["shape"]),
-                                           median_us=t["median_us"], calls_per_step=t["calls_per_step"]))
+        reply = es.ProfileReply(step_us=out.step_us)
+        for t in out.times:
+            reply.times.append(es.SlotTime(slot=t.op, shape=protos.bucket(t.shape), median_us=t.median_us,
+                                           calls_per_step=t.calls_per_step))
         return reply
 
     async def generate(self, req: es.GenerateRequest) -> es.GenerateReply:
         target = self.tier(req.tier, "slow")
         overrides = [_with_id(c) for c in req.overrides]
         for c in overrides:
-            if c.slot not in SLOTS:
-                raise EngineRequestError(f"override {c.candidate_id}: unknown slot {c.slot!r}")
+            if c.slot not in OPS:
+                raise EngineRequestError(f"override {c.candidate_id}: unknown slot or region {c.slot!r}")
+        command = GenerateCmd(tuple(req.prompt), req.steps, tuple(code_of(c) for c in overrides),
+                              req.reference_only, req.return_logits)
         try:
-            out = await self._call(target, "generate", bool(overrides), prompt=list(req.prompt),
-                                   steps=req.steps, overrides=[(c.source, c.slot, c.candidate_id) for c in overrides],
-                                   reference_only=req.reference_only, return_logits=req.return_logits)
-        except WorkerFailure as failure:
+            out: GenerateReport = await self._call(target, command)
+        except ChildFailure as failure:
             return es.GenerateReply(status=protos.RUN_STATUS[failure.status],
-                                    error=f"{failure.reason}; worker restarted")
-        reply = es.GenerateReply(status=protos.RUN_STATUS[out["status"]], error=out.get("error", ""),
-                                 tokens=out.get("tokens", []), seconds=out.get("seconds", 0.0))
-        if out.get("logits") is not None:
-            reply.logits.CopyFrom(protos.tensor(out["logits"]))
+                                    error=f"{failure.reason}; harness restarted")
+        reply = es.GenerateReply(status=protos.RUN_STATUS[out.status], error=out.error, tokens=list(out.tokens),
+                                 seconds=out.seconds)
+        if out.logits is not None:
+            reply.logits.CopyFrom(protos.tensor(out.logits))
         return reply
 
     # -- status -----------------------------------------------------------------------------
@@ -271,10 +300,17 @@ class Engine:
                                device=self.device, experiments=self.experiments,
                                uptime_s=time.monotonic() - self.started)
         for name, tier in self.tiers.items():
-            slots = [es.SlotState(slot=slot, candidate_id=cid,
-                                  signature=f"kernel({', '.join(SLOTS[slot].params)}): {SLOTS[slot].doc}")
-                     for slot, cid in tier.slot_ids().items()]
+            slots = [es.SlotState(slot=op, candidate_id=cid, signature=_signature(op))
+                     for op, cid in tier.op_ids().items()]
+            info = tier.info
             reply.tiers.append(es.TierStatus(
-                tier=protos.TIER_ENUMS[name], layers=tier.info.get("layers", 0), slots=slots,
-                worker_restarts=tier.restarts, worker_alive=tier.alive, worker_start_s=tier.start_s))
+                tier=protos.TIER_ENUMS[name], layers=info.layers if info else 0, slots=slots,
+                worker_restarts=tier.restarts, worker_alive=tier.alive, worker_start_s=tier.start_s,
+                containment=info.containment if info else {}))
         return reply
+
+
+def _signature(op: str) -> str:
+    if op in SLOTS:
+        return f"kernel({', '.join(SLOTS[op].params)}): {SLOTS[op].doc}"
+    return f"kernel({', '.join(OPS[op].params)}): the {op} region's forward"

@@ -15,24 +15,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from services.common.shapes import Shape
 from services.engine_host.models.llama import ModelArgs, precompute_freqs_cis
-
-PHASES = ("decode", "prefill")
-
-
-@dataclass(frozen=True)
-class Shape:
-    """A resolved bucket: S new tokens attend to T context positions."""
-
-    phase: str
-    batch: int
-    new_tokens: int
-    context: int
-    weight: float = 1.0
-
-    @property
-    def key(self) -> str:
-        return f"{self.phase}:b{self.batch}:t{self.context}"
 
 
 @dataclass
@@ -42,26 +26,36 @@ class CallSite:
     args: tuple[Any, ...]
 
 
-def resolve(phase: str, batch: int, context: int, weight: float, args: ModelArgs, *,
-            max_batch: int, max_tokens: int) -> Shape:
+def resolve(shape: Shape, args: ModelArgs, *, max_batch: int, max_tokens: int) -> Shape:
     """Clamp a requested bucket to what this model and box can run (context ≤ max_seq, B·S ≤ max_tokens)."""
-    if phase not in PHASES:
-        raise ValueError(f"unknown phase {phase!r}")
-    batch = max(1, min(batch or 1, max_batch))
-    context = max(1, min(context or 1, args.max_seq_len))
-    weight = weight if weight > 0 else 1.0
-    if phase == "decode":
-        return Shape("decode", batch, 1, context, weight)
-    if batch * context > max_tokens:
+    batch = min(shape.batch, max_batch)
+    context = min(shape.context, args.max_seq_len)
+    if shape.phase == "prefill" and batch * context > max_tokens:
         batch = max(1, max_tokens // context)
         context = min(context, max_tokens)
-    return Shape("prefill", batch, context, context, weight)
+    return Shape(shape.phase, batch, context, shape.weight)
 
 
 def _randn(shape: tuple[int, ...], gen: torch.Generator, dtype: torch.dtype, scale: float = 1.0,
-           shift: float = 0.0) -> Tensor:
+           shift: float = 0.0, outliers: float = 0.0) -> Tensor:
+    """N(shift, scale²); with `outliers`, about 1 % of the values are that many times larger, as real
+    activations have (a kernel that overflows or loses precision on them fails)."""
     t = torch.randn(shape, generator=gen, device=gen.device, dtype=torch.float32)
+    if outliers:
+        hit = torch.rand(shape, generator=gen, device=gen.device) < 0.01
+        t = torch.where(hit, t * outliers, t)
     return (t * scale + shift).to(dtype)
+
+
+def _tied(logits: Tensor, gen: torch.Generator) -> Tensor:
+    """Logits whose maximum is tied in every row at a random later position (the contract: lowest index)."""
+    B, V = logits.shape
+    top = logits.argmax(-1)
+    other = (top + 1 + torch.randint(0, V - 1, (B,), generator=gen, device=gen.device)) % V
+    rows = torch.arange(B, device=logits.device)
+    low, high = torch.minimum(top, other), torch.maximum(top, other)
+    logits[rows, high] = logits[rows, low] = logits[rows, top]
+    return logits
 
 
 def _freqs(args: ModelArgs, positions: Tensor) -> Tensor:
@@ -75,9 +69,12 @@ def _mask(shape: Shape, device: torch.device) -> Tensor:
     return (torch.arange(T, device=device)[None, :] <= rows)[None, None]
 
 
-def call_sites(slot: str, shape: Shape, args: ModelArgs, gen: torch.Generator) -> list[CallSite]:
-    """Fresh random inputs for every call site of `slot` at `shape` (drawn from `gen`)."""
+def call_sites(slot: str, shape: Shape, args: ModelArgs, gen: torch.Generator,
+               stress: bool = False) -> list[CallSite]:
+    """Fresh random inputs for every call site of `slot` at `shape` (drawn from `gen`). `stress`: the
+    activations carry outliers up to ~100x their spread and `sample` gets tied maxima."""
     dt, device = args.torch_dtype, gen.device
+    out = 60.0 if stress else 0.0
     B, S, T, E, D = shape.batch, shape.new_tokens, shape.context, args.dim, args.head_dim
     Hq, Hkv, F, V, L = args.n_heads, args.n_kv_heads, args.intermediate_size, args.vocab_size, args.n_layers
 
@@ -88,31 +85,34 @@ def call_sites(slot: str, shape: Shape, args: ModelArgs, gen: torch.Generator) -
         return _randn((E,), gen, dt, 0.1, 1.0)
 
     if slot == "rmsnorm":
-        return [CallSite("rmsnorm", L + 1, (_randn((B, S, E), gen, dt, 2.0), norm_w(), args.norm_eps))]
+        return [CallSite("rmsnorm", L + 1, (_randn((B, S, E), gen, dt, 2.0, outliers=out), norm_w(), args.norm_eps))]
     if slot == "add_rmsnorm":
-        x, res = _randn((B, S, E), gen, dt), _randn((B, S, E), gen, dt, 2.0)
+        x, res = _randn((B, S, E), gen, dt, outliers=out), _randn((B, S, E), gen, dt, 2.0, outliers=out)
         return [CallSite("add_rmsnorm", L, (x, res, norm_w(), args.norm_eps))]
     if slot == "rope":
         positions = torch.arange(T - S, T, device=device)
         return [
-            CallSite("rope.q", L, (_randn((B, S, Hq, D), gen, dt), _freqs(args, positions))),
-            CallSite("rope.k", L, (_randn((B, S, Hkv, D), gen, dt), _freqs(args, positions))),
+            CallSite("rope.q", L, (_randn((B, S, Hq, D), gen, dt, outliers=out), _freqs(args, positions))),
+            CallSite("rope.k", L, (_randn((B, S, Hkv, D), gen, dt, outliers=out), _freqs(args, positions))),
         ]
     if slot == "attention":
-        q, k, v = (_randn((B, h, n, D), gen, dt) for h, n in ((Hq, S), (Hkv, T), (Hkv, T)))
+        # stress: scores of a few hundred (q·k of outliers), the case max-subtraction exists for
+        q, k, v = (_randn((B, h, n, D), gen, dt, outliers=out) for h, n in ((Hq, S), (Hkv, T), (Hkv, T)))
         return [CallSite("attention", L, (q, k, v, _mask(shape, device)))]
     if slot == "silu_mul":
-        return [CallSite("silu_mul", L, (_randn((B, S, F), gen, dt, 2.0), _randn((B, S, F), gen, dt)))]
+        return [CallSite("silu_mul", L, (_randn((B, S, F), gen, dt, 2.0, outliers=out),
+                                         _randn((B, S, F), gen, dt, outliers=out)))]
     if slot == "linear":
         return [
-            CallSite("linear.wqkv", L, (_randn((B, S, E), gen, dt), w(args.qkv_dim, E))),
+            CallSite("linear.wqkv", L, (_randn((B, S, E), gen, dt, outliers=out), w(args.qkv_dim, E))),
             CallSite("linear.wo", L, (_randn((B, S, Hq * D), gen, dt), w(E, Hq * D))),
             CallSite("linear.w1_w3", 2 * L, (_randn((B, S, E), gen, dt), w(F, E))),
             CallSite("linear.w2", L, (_randn((B, S, F), gen, dt), w(E, F))),
             CallSite("linear.lm_head", 1, (_randn((B, 1, E), gen, dt), w(V, E))),
         ]
     if slot == "sample":
-        return [CallSite("sample", 1, (_randn((B, V), gen, torch.float32, args.logit_scale),))]
+        logits = _randn((B, V), gen, torch.float32, args.logit_scale)
+        return [CallSite("sample", 1, (_tied(logits, gen) if stress else logits,))]
     raise KeyError(f"no input generator for slot {slot!r}")
 
 

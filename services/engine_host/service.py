@@ -1,4 +1,4 @@
-"""EngineHostService: workers + gRPC EngineService + engine.discover + the bus consumers.
+"""EngineHostService: harnesses + gRPC EngineService + engine.discover + the bus consumers.
 
 - candidates.proposed (durable "engine-fast", shared by every fast host: a work queue) → benchmark on
   the fast tier at the candidate's shapes (else the defaults) → candidates.benchmarked, msg_id =
@@ -93,7 +93,7 @@ class EngineHostService:
             (subjects.KERNEL_PROMOTED, ev.KernelPromoted, self._on_promoted, f"{kernels}-promoted"),
             (subjects.KERNEL_DEMOTED, ev.KernelDemoted, self._on_demoted, f"{kernels}-demoted"),
         ):
-            # a fresh worker holds only the reference ops: replay the whole history, not just the unacked
+            # a fresh harness holds only the reference ops: replay the whole history, not just the unacked
             with contextlib.suppress(NotFoundError):
                 await bus.js.delete_consumer(KERNEL_STREAM, durable)
             await bus.consume(subject, msg_type, handler, durable=durable, ack_wait_s=120.0)
@@ -167,7 +167,7 @@ class EngineHostService:
     async def _apply(self, slot: str) -> None:
         want = self.incumbents.desired(slot)
         want_id = want.candidate_id if want else "reference"
-        if all(tier.slot_ids().get(slot, "reference") == want_id for tier in self.engine.tiers.values()):
+        if all(tier.op_ids().get(slot, "reference") == want_id for tier in self.engine.tiers.values()):
             return
         ok = await self.engine.set_incumbent(slot, as_candidate(want) if want else None,
                                              want.speedup_vs_reference if want else 1.0)

@@ -1,16 +1,11 @@
-"""Slot reference implementations and the slot table the model calls every swappable op through.
-
-The references are the plain torch a user would write (gpt-fast style), never a deliberately slow
-baseline. Signatures are exactly those of services/common/slot_specs.py. The table is the only
-mutable global-ish state of a model: a swap replaces one entry between steps; `version` (and the
-per-slot versions) tell later CUDA-graph code which captures a swap invalidated.
+"""Slot reference implementations: the plain torch a user would write (gpt-fast style), never a
+deliberately slow baseline. Signatures are exactly those of services/common/slot_specs.py. The op
+table the model calls them through lives in ops.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -76,102 +71,3 @@ REFERENCES: dict[str, Callable[..., Any]] = {
     "sample": sample,
 }
 assert set(REFERENCES) == set(SLOTS), "every slot in slot_specs needs a reference and nothing else"
-
-
-@dataclass(frozen=True)
-class Entry:
-    fn: Callable[..., Any]
-    candidate_id: str
-
-
-class SlotTable:
-    """name → callable. The model reads plain attributes (`table.rmsnorm(...)`): no lookup cost."""
-
-    rmsnorm: Callable[..., Tensor]
-    add_rmsnorm: Callable[..., tuple[Tensor, Tensor]]
-    rope: Callable[..., Tensor]
-    attention: Callable[..., Tensor]
-    silu_mul: Callable[..., Tensor]
-    linear: Callable[..., Tensor]
-    sample: Callable[..., Tensor]
-
-    def __init__(self) -> None:
-        self._entries: dict[str, Entry] = {}
-        self._known: dict[str, dict[str, Callable[..., Any]]] = {s: {REFERENCE_ID: f} for s, f in REFERENCES.items()}
-        self.version = 0
-        self.slot_versions: dict[str, int] = dict.fromkeys(REFERENCES, 0)
-        for slot, fn in REFERENCES.items():
-            self._set(slot, Entry(fn, REFERENCE_ID))
-
-    def _set(self, slot: str, entry: Entry) -> None:
-        setattr(self, slot, entry.fn)
-        self._entries[slot] = entry
-        self.version += 1
-        self.slot_versions[slot] += 1
-
-    def _check(self, slot: str) -> None:
-        if slot not in REFERENCES:
-            raise KeyError(f"unknown slot {slot!r}; known: {', '.join(REFERENCES)}")
-
-    def installed_id(self, slot: str) -> str:
-        self._check(slot)
-        return self._entries[slot].candidate_id
-
-    def installed(self, slot: str) -> Callable[..., Any]:
-        self._check(slot)
-        return self._entries[slot].fn
-
-    def ids(self) -> dict[str, str]:
-        return {slot: e.candidate_id for slot, e in self._entries.items()}
-
-    def swap(self, slot: str, fn: Callable[..., Any], candidate_id: str) -> str:
-        """Install `fn` as the slot's op; returns the id it replaced."""
-        self._check(slot)
-        previous = self._entries[slot].candidate_id
-        self._known[slot][candidate_id] = fn
-        self._set(slot, Entry(fn, candidate_id))
-        return previous
-
-    def rollback(self, slot: str, to_candidate_id: str = "") -> str:
-        """Re-install the reference (empty id) or an op this table held before; returns the replaced id."""
-        self._check(slot)
-        target = to_candidate_id or REFERENCE_ID
-        if target not in self._known[slot]:
-            raise KeyError(f"slot {slot!r} never held candidate {target!r}")
-        previous = self._entries[slot].candidate_id
-        if previous == target:  # nothing changes: no version bump, so no graph re-capture
-            return previous
-        self._set(slot, Entry(self._known[slot][target], target))
-        return previous
-
-    def snapshot(self) -> dict[str, Entry]:
-        return dict(self._entries)
-
-    def restore(self, snapshot: dict[str, Entry]) -> None:
-        for slot, entry in snapshot.items():
-            if self._entries[slot] is not entry:
-                self._set(slot, entry)
-
-    @contextmanager
-    def reference_only(self) -> Iterator[None]:
-        """Every slot on its reference op for the duration (restored afterwards)."""
-        saved = self.snapshot()
-        for slot, fn in REFERENCES.items():
-            if self._entries[slot].candidate_id != REFERENCE_ID:
-                self._set(slot, Entry(fn, REFERENCE_ID))
-        try:
-            yield
-        finally:
-            self.restore(saved)
-
-    @contextmanager
-    def wrapped(self, wrap: Callable[[str, Callable[..., Any]], Callable[..., Any]]) -> Iterator[None]:
-        """Temporarily wrap every installed op (capture, per-slot profiling); restored afterwards."""
-        saved = self.snapshot()
-        for slot, entry in saved.items():
-            setattr(self, slot, wrap(slot, entry.fn))
-        try:
-            yield
-        finally:
-            for slot, entry in saved.items():
-                setattr(self, slot, entry.fn)

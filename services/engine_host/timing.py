@@ -1,4 +1,4 @@
-"""Honest A/B timing: warm-up excluded, interleaved A/B/A' rounds, rotated inputs, bootstrap intervals.
+"""Honest A/B timing: warm-up excluded, interleaved A/B/A' rounds, bootstrap intervals, A/A spread.
 
 Each round times the incumbent (A) and the candidate (B) three times on every work item (a shape
 bucket x call site), A B A' in even rounds and B A B' in odd ones, so drift and position hit both
@@ -7,59 +7,40 @@ speedup is its median, with a bootstrap 95 % interval widened by the A/A spread 
 against itself) and never by less than a noise floor, so a difference inside the noise never gets a
 lower bound above 1.
 
-Timers measure one callable; CPU uses perf_counter, CUDA events drop in with the same interface.
+This module only does arithmetic on times. A `Runner` produces them: the harness's runners time a
+sandbox from the harness's side of the process boundary (remote.py), so nothing the candidate runs
+next to can touch the clock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-
-# bound at import, before any candidate module runs: patching time.perf_counter cannot fool the timer
-from time import perf_counter as _perf_counter
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
 
-class Timer(Protocol):
-    def measure(self, run: Callable[[], None]) -> float:
-        """Seconds one execution of `run` took on the device."""
+class Runner(Protocol):
+    def calibrate(self, item: Item, warmup_calls: int) -> float:
+        """Warm up on the item, then seconds one call takes."""
         ...
 
+    def block(self, item: Item, calls: int, samples: int, offset: int) -> float:
+        """Median seconds per call over `samples` samples of `calls` calls each."""
+        ...
 
-class CpuTimer:
-    def measure(self, run: Callable[[], None]) -> float:
-        start = _perf_counter()
-        run()
-        return _perf_counter() - start
-
-
-class CudaTimer:
-    """CUDA events around the timed region; synchronise once per measurement."""
-
-    def __init__(self) -> None:
-        import torch
-
-        self._torch = torch
-        self._start = torch.cuda.Event(enable_timing=True)
-        self._end = torch.cuda.Event(enable_timing=True)
-
-    def measure(self, run: Callable[[], None]) -> float:
-        self._start.record()
-        run()
-        self._end.record()
-        self._end.synchronize()
-        return self._start.elapsed_time(self._end) / 1e3
+    def overhead_s(self, item: Item) -> float:
+        """Fixed cost of one sample that is not the op (a round trip to another process)."""
+        ...
 
 
 @dataclass
 class Item:
-    """One timed work item: a call site at a shape, with several pre-built input sets to rotate."""
+    """One timed work item: an op at a shape (a call site, or a captured group) and its weight."""
 
     key: str
     weight: float  # bucket weight x calls per step
-    inputs: list[tuple[Any, ...]]
 
 
 @dataclass(frozen=True)
@@ -98,27 +79,14 @@ def group_of(key: str) -> str:
     return "captured" if key.startswith("captured:") else "random"
 
 
-def _run_calls(fn: Callable[..., Any], inputs: Sequence[tuple[Any, ...]], start: int, n: int) -> None:
-    k = len(inputs)
-    for j in range(n):
-        fn(*inputs[(start + j) % k])
+OVERHEAD_SHARE = 25  # a sample lasts at least this many times its fixed overhead (so its noise is small)
 
 
-def _calibrate(fn: Callable[..., Any], item: Item, timer: Timer, s: Settings) -> int:
-    """Warm up (compile, caches, allocator) and pick how many calls make one sample."""
-    _run_calls(fn, item.inputs, 0, s.warmup_calls)
-    once = max(timer.measure(lambda: _run_calls(fn, item.inputs, 0, 1)), 1e-7)
-    return int(min(max(1, s.target_sample_s // once), s.max_inner))
-
-
-def _block(fn: Callable[..., Any], item: Item, inner: int, timer: Timer, s: Settings, offset: int) -> float:
-    """Median seconds per call over `samples` samples; one untimed call first absorbs the switch."""
-    _run_calls(fn, item.inputs, offset, 1)
-    times = [
-        timer.measure(lambda i=i: _run_calls(fn, item.inputs, offset + i * inner, inner)) / inner
-        for i in range(s.samples)
-    ]
-    return float(np.median(times))
+def _inner(runner: Runner, item: Item, s: Settings) -> int:
+    """How many calls make one sample (after the runner's warm-up: compile, caches, allocator)."""
+    once = max(runner.calibrate(item, s.warmup_calls), 1e-7)
+    target = max(s.target_sample_s, OVERHEAD_SHARE * runner.overhead_s(item))
+    return int(min(max(1, target // once), s.max_inner))
 
 
 def _stats(per_round_s: np.ndarray, runs: int) -> Stats:
@@ -136,17 +104,16 @@ def bootstrap_median(values: np.ndarray, n: int, seed: int = 0) -> tuple[float, 
 
 
 def compare(
-    incumbent: Callable[..., Any],
-    candidate: Callable[..., Any],
+    incumbent: Runner,
+    candidate: Runner,
     items: list[Item],
-    timer: Timer,
     settings: Settings = Settings(),
     progress: Callable[[str], None] = lambda _: None,
 ) -> Comparison:
     s = settings
     inner: dict[str, int] = {}
     for item in items:
-        inner[item.key] = min(_calibrate(incumbent, item, timer, s), _calibrate(candidate, item, timer, s))
+        inner[item.key] = min(_inner(incumbent, item, s), _inner(candidate, item, s))
         progress(f"warm {item.key}")
     weights = np.array([it.weight for it in items])
     # [round, item, position]: even rounds run A B A', odd rounds B A B', so neither side always
@@ -157,9 +124,9 @@ def compare(
         order = (incumbent, candidate, incumbent) if r % 2 == 0 else (candidate, incumbent, candidate)
         for j, item in enumerate(items):
             n, off = inner[item.key], r * 7 + j
-            for p, fn in enumerate(order):
-                t[r, j, p] = _block(fn, item, n, timer, s, off)
-                runs[id(fn)] += n * s.samples
+            for p, runner in enumerate(order):
+                t[r, j, p] = runner.block(item, n, s.samples, off)
+                runs[id(runner)] += n * s.samples
             progress(f"round {r + 1}/{s.rounds} {item.key}")  # keeps the host's hang timer honest
     even, odd = t[0::2], t[1::2]
     inc = np.concatenate([(even[..., 0] + even[..., 2]) / 2, odd[..., 1]])  # [rounds, items]
@@ -189,10 +156,3 @@ def compare(
         per_item=per_item,
         per_group=per_group,
     )
-
-
-def time_fn(fn: Callable[..., Any], item: Item, timer: Timer, settings: Settings = Settings()) -> Stats:
-    """Median per-call time of one op on one item (profiling)."""
-    inner = _calibrate(fn, item, timer, settings)
-    per_call = [_block(fn, item, inner, timer, settings, r) for r in range(settings.rounds)]
-    return _stats(np.array(per_call), inner * settings.samples * settings.rounds)

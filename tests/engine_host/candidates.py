@@ -85,3 +85,14 @@ def kernel(x, weight, eps):
                              BLOCK=triton.next_power_of_2(x2.shape[1]))
     return y.view(x.shape)
 '''
+# a region candidate: the whole MLP block with one GEMM for gate and up (weights stacked per call)
+MLP_BLOCK_FUSED = """import torch
+import torch.nn.functional as F
+REGION = "mlp_block"
+BACKEND = "torch"
+
+
+def kernel(module, x):
+    gate, up = F.linear(x, torch.cat([module.w1, module.w3])).chunk(2, dim=-1)
+    return F.linear(F.silu(gate) * up, module.w2)
+"""

@@ -1,20 +1,22 @@
-"""llama-tiny and the slot table, in process: consistency, determinism, swaps, input generators."""
+"""llama-tiny and the op table, in process: consistency, determinism, swaps, regions, input generators."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from services.common.shapes import Shape, ShapeError
 from services.common.slot_specs import SLOTS
 from services.engine_host.inputs import call_sites, resolve
 from services.engine_host.models.llama import build_model, generate, model_args
-from services.engine_host.slots import REFERENCES, SlotTable
+from services.engine_host.ops import OpTable, UnknownOp
+from services.engine_host.slots import REFERENCES
 
 ARGS = model_args("llama-tiny")
 
 
 def _model(seed: int = 0, n_layers: int | None = None):
-    return build_model(model_args("llama-tiny", n_layers), SlotTable(), seed=seed, max_batch=4)
+    return build_model(model_args("llama-tiny", n_layers), OpTable(), seed=seed, max_batch=4)
 
 
 def _prompt(batch: int, length: int, seed: int = 1) -> torch.Tensor:
@@ -72,12 +74,31 @@ def test_swap_changes_the_forward_and_rollback_restores_it() -> None:
     assert table.installed_id("silu_mul") == "relu-mul"
     with pytest.raises(KeyError):
         table.rollback("silu_mul", "never-held")
+    with pytest.raises(UnknownOp):
+        table.swap("nope", lambda x: x, "x")
+
+
+@torch.inference_mode()
+def test_a_region_swaps_through_the_same_table_and_rolls_back() -> None:
+    model, tokens = _model(), _prompt(1, 8)
+    table = model.slots
+    before = model(tokens, torch.arange(8))
+    version = table.versions["mlp_block"]
+    table.swap("mlp_block", lambda module, x: torch.zeros_like(x), "zero-mlp")
+    assert table.installed_id("mlp_block") == "zero-mlp" and table.versions["mlp_block"] == version + 1
+    assert not torch.allclose(model(tokens, torch.arange(8)), before)
+    with table.reference_only():
+        assert torch.equal(model(tokens, torch.arange(8)), before)
+    assert table.rollback("mlp_block") == "zero-mlp"
+    assert torch.equal(model(tokens, torch.arange(8)), before)
+    version = table.versions["mlp_block"]
+    assert table.rollback("mlp_block") == "reference" and table.versions["mlp_block"] == version  # a no-op
 
 
 @pytest.mark.parametrize("phase", ["decode", "prefill"])
 @pytest.mark.parametrize("slot", sorted(SLOTS))
 def test_input_generators_match_the_slot_signatures(slot: str, phase: str) -> None:
-    shape = resolve(phase, 3, 37, 1.0, ARGS, max_batch=32, max_tokens=2048)
+    shape = resolve(Shape(phase, 3, 37), ARGS, max_batch=32, max_tokens=2048)
     sites = call_sites(slot, shape, ARGS, torch.Generator().manual_seed(0))
     assert sites
     for site in sites:
@@ -92,8 +113,8 @@ def test_input_generators_match_the_slot_signatures(slot: str, phase: str) -> No
 
 
 def test_buckets_are_clamped_to_what_the_model_runs() -> None:
-    assert resolve("decode", 2, 100_000, 1.0, ARGS, max_batch=32, max_tokens=2048).context == ARGS.max_seq_len
-    big = resolve("prefill", 64, 512, 1.0, ARGS, max_batch=32, max_tokens=2048)
+    assert resolve(Shape("decode", 2, 100_000), ARGS, max_batch=32, max_tokens=2048).context == ARGS.max_seq_len
+    big = resolve(Shape("prefill", 64, 512), ARGS, max_batch=32, max_tokens=2048)
     assert big.batch * big.new_tokens <= 2048 and big.batch >= 1
-    with pytest.raises(ValueError):
-        resolve("sideways", 1, 1, 1.0, ARGS, max_batch=32, max_tokens=2048)
+    with pytest.raises(ShapeError):
+        Shape("sideways", 1, 1)

@@ -51,7 +51,7 @@ async def idle_consumer(bus: Bus, durable: str, delivered: int, timeout_s: float
 
 
 def installed(service: EngineHostService, slot: str) -> set[str]:
-    return {tier.slot_ids()[slot] for tier in service.engine.tiers.values()}
+    return {tier.op_ids()[slot] for tier in service.engine.tiers.values()}
 
 
 @pytest.mark.timeout(240)

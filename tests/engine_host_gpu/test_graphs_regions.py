@@ -8,15 +8,15 @@ import torch.nn.functional as F
 
 from services.engine_host.cuda_graphs import DecodeGraphs, buckets_for, decode
 from services.engine_host.gpu_faults import DEVICE_FAULT_EXIT, is_device_fault, probe_device
-from services.engine_host.gpu_regions import RegionTable
 from services.engine_host.models.llama import build_model, generate, model_args
-from services.engine_host.slots import REFERENCES, SlotTable
+from services.engine_host.ops import OpTable
+from services.engine_host.slots import REFERENCES
 
 gpu = pytest.mark.gpu
 
 
 def _engine(device: str = "cpu", layers: int = 2):
-    table = SlotTable()
+    table = OpTable()
     model = build_model(model_args("llama-tiny", layers), table, seed=3, device=device, max_batch=4, max_seq=64)
     return model, table
 
@@ -53,8 +53,7 @@ def test_graph_decode_matches_generate_and_recaptures_only_stale_buckets() -> No
 @torch.inference_mode()
 def test_region_replaces_block_and_unused_slot_swaps_leave_graphs_alone() -> None:
     model, table = _engine()
-    regions = RegionTable(model)
-    graphs = DecodeGraphs(model, table, [2], regions=regions)
+    graphs = DecodeGraphs(model, table, [2])
     tok = torch.tensor([5, 7])
     before = graphs.step(tok, 3).clone()
     calls = []
@@ -64,21 +63,21 @@ def test_region_replaces_block_and_unused_slot_swaps_leave_graphs_alone() -> Non
         gate, up = F.linear(x, torch.cat([module.w1, module.w3])).chunk(2, dim=-1)
         return F.linear(F.silu(gate) * up, module.w2)
 
-    assert regions.install("mlp_block", fused_mlp, "fused") == "reference"
+    assert table.swap("mlp_block", fused_mlp, "fused") == "reference"
     assert graphs.invalid_buckets() == [2]
     after = graphs.step(tok, 3).clone()
     assert torch.equal(before, after) and calls  # same function, now through the fused region
-    assert "region:mlp_block" in graphs.captures[2].versions
-    assert "slot:silu_mul" not in graphs.captures[2].versions  # the fused block never calls it
+    assert "mlp_block" in graphs.captures[2].versions
+    assert "silu_mul" not in graphs.captures[2].versions  # the fused block never calls it
     n = graphs.stats.captures
     table.swap("silu_mul", REFERENCES["silu_mul"], "other")
     graphs.step(tok, 3)
     assert graphs.stats.captures == n  # silu_mul is not in this graph: nothing to re-capture
-    regions.rollback("mlp_block")
+    table.rollback("mlp_block")
     graphs.step(tok, 3)
-    assert graphs.stats.captures == n + 1 and "slot:silu_mul" in graphs.captures[2].versions
+    assert graphs.stats.captures == n + 1 and "silu_mul" in graphs.captures[2].versions
     with pytest.raises(KeyError):
-        regions.install("nope", fused_mlp, "x")
+        table.swap("nope", fused_mlp, "x")
 
 
 def test_fault_classification() -> None:

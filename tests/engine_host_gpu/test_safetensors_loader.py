@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from services.engine_host.models.llama import build_model, model_args
+from services.engine_host.ops import OpTable
 from services.engine_host.safetensors_loader import (
     CheckpointError,
     SafeTensors,
@@ -12,11 +13,10 @@ from services.engine_host.safetensors_loader import (
     load_into,
     save_file,
 )
-from services.engine_host.slots import SlotTable
 
 
 def _model(seed: int, layers: int | None = None):
-    return build_model(model_args("llama-tiny", layers), SlotTable(), seed=seed, device="cpu", max_batch=2,
+    return build_model(model_args("llama-tiny", layers), OpTable(), seed=seed, device="cpu", max_batch=2,
                        max_seq=32)
 
 
@@ -82,24 +82,37 @@ def test_bad_files_are_clear_errors(tmp_path) -> None:
         load_into(_model(1), path)
 
 
-def test_an_engine_worker_starts_on_a_checkpoint_and_refuses_a_bad_one(tmp_path) -> None:
-    from services.engine_host.runtime import Runtime
-    from services.engine_host.worker import WorkerSpec
+def test_a_harness_starts_on_a_checkpoint_and_refuses_a_bad_one(tmp_path) -> None:
+    from dataclasses import replace
+
+    from services.engine_host.harness_core import Harness
+    from services.engine_host.protocol import Generate, HarnessSpec
 
     src = _model(7)
     path = tmp_path / "real.safetensors"
     save_file(dict(src.named_parameters()), path)
-    spec = WorkerSpec(tier="slow", model="llama-tiny", n_layers=None, seed=0, device="cpu", data_dir=str(tmp_path),
-                      max_batch=2, max_seq=32, checkpoint=str(path))
-    rt = Runtime(spec, lambda _msg: None)
-    assert rt.info()["weights"] == str(path) and rt.info()["start_stages"]["weights_s"] > 0
-    prompt = [5, 9, 13]
-    want = rt.generate(prompt, 4, [])["tokens"]
-    seeded = Runtime(WorkerSpec(**{**spec.__dict__, "checkpoint": "", "seed": 7}), lambda _msg: None)
-    assert seeded.generate(prompt, 4, [])["tokens"] == want  # the file's weights, not seed 0's
-    fast = Runtime(WorkerSpec(**{**spec.__dict__, "n_layers": 1}), lambda _msg: None)  # fewer layers: fine
-    assert fast.info()["layers"] == 1
+    spec = HarnessSpec(tier="slow", model="llama-tiny", n_layers=None, seed=0, device="cpu", data_dir=str(tmp_path),
+                       max_batch=2, max_seq=32, checkpoint=str(path), sandbox_pool=0)
+    prompt = (5, 9, 13)
+
+    def tokens(h: Harness) -> tuple[int, ...]:
+        try:
+            with torch.inference_mode():
+                # the harness's own model and the live engine's (another process, weights shared) agree
+                here = h.handle(Generate(prompt, 4, reference_only=True)).tokens
+                assert h.handle(Generate(prompt, 4)).tokens == here
+                return here
+        finally:
+            h.close()
+
+    with torch.inference_mode():
+        rt = Harness(spec, lambda _msg: None)
+    assert rt.info().weights == str(path) and rt.info().start_stages["weights_s"] > 0
+    want = tokens(rt)
+    with torch.inference_mode():
+        seeded = Harness(replace(spec, checkpoint="", seed=7), lambda _msg: None)
+    assert tokens(seeded) == want  # the file's weights, not seed 0's
     small = tmp_path / "small.safetensors"
     save_file({"norm": torch.ones(3)}, small)
-    with pytest.raises(CheckpointError, match="shape"):
-        Runtime(WorkerSpec(**{**spec.__dict__, "checkpoint": str(small)}), lambda _msg: None)
+    with pytest.raises(CheckpointError, match="shape"), torch.inference_mode():
+        Harness(replace(spec, checkpoint=str(small)), lambda _msg: None)

@@ -1,6 +1,6 @@
 """Llama, gpt-fast style: one readable file, a dataclass config, a preallocated static KV cache.
 
-Every swappable op goes through the slot table (`self.slots.<name>(...)`), never torch directly, so
+Every swappable op goes through the op table (`self.slots.<name>(...)`, ops.py), never torch directly, so
 a swap between steps replaces it everywhere. Weights are random but deterministic: each parameter is
 drawn from its own generator seeded by (seed, parameter name), so a model loaded with fewer layers
 (the fast tier) holds exactly the first layers of the full model.
@@ -13,11 +13,13 @@ from __future__ import annotations
 import math
 import zlib
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
-from services.engine_host.slots import SlotTable
+if TYPE_CHECKING:
+    from services.engine_host.ops import OpTable
 
 
 @dataclass(frozen=True)
@@ -84,11 +86,17 @@ def precompute_freqs_cis(max_seq: int, head_dim: int, base: float) -> Tensor:
 
 class KVCache(nn.Module):
     def __init__(self, max_batch: int, max_seq: int, n_kv_heads: int, head_dim: int,
-                 dtype: torch.dtype, device: torch.device | str) -> None:
+                 dtype: torch.dtype, device: torch.device | str,
+                 tensors: tuple[Tensor, Tensor] | None = None) -> None:
+        """`tensors`: caches someone else owns (a harness shares them with a sandbox), else zeros."""
         super().__init__()
         shape = (max_batch, n_kv_heads, max_seq, head_dim)
-        self.register_buffer("k_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
-        self.register_buffer("v_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        k, v = tensors if tensors is not None else (torch.zeros(shape, dtype=dtype, device=device),
+                                                      torch.zeros(shape, dtype=dtype, device=device))
+        if tuple(k.shape) != shape or tuple(v.shape) != shape:
+            raise ValueError(f"KV cache tensors {tuple(k.shape)} do not match {shape}")
+        self.register_buffer("k_cache", k, persistent=False)
+        self.register_buffer("v_cache", v, persistent=False)
 
     def update(self, input_pos: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         # input_pos [S], k/v [B,Hkv,S,D] -> the whole cache rows of this batch [B,Hkv,max_seq,D]
@@ -99,7 +107,7 @@ class KVCache(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, args: ModelArgs, slots: SlotTable) -> None:
+    def __init__(self, args: ModelArgs, slots: OpTable) -> None:
         super().__init__()
         self.args, self.slots = args, slots
         self.wqkv = nn.Parameter(torch.empty(args.qkv_dim, args.dim), requires_grad=False)
@@ -124,7 +132,7 @@ class Attention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, args: ModelArgs, slots: SlotTable) -> None:
+    def __init__(self, args: ModelArgs, slots: OpTable) -> None:
         super().__init__()
         self.slots = slots
         self.w1 = nn.Parameter(torch.empty(args.intermediate_size, args.dim), requires_grad=False)
@@ -137,7 +145,7 @@ class FeedForward(nn.Module):
 
 
 class TransformerBlock(nn.Module):
-    def __init__(self, args: ModelArgs, slots: SlotTable) -> None:
+    def __init__(self, args: ModelArgs, slots: OpTable) -> None:
         super().__init__()
         self.args, self.slots = args, slots
         self.attention = Attention(args, slots)
@@ -153,7 +161,7 @@ class TransformerBlock(nn.Module):
 
 
 class Transformer(nn.Module):
-    def __init__(self, args: ModelArgs, slots: SlotTable) -> None:
+    def __init__(self, args: ModelArgs, slots: OpTable) -> None:
         super().__init__()
         self.args, self.slots = args, slots
         self.tok_embeddings = nn.Parameter(torch.empty(args.vocab_size, args.dim), requires_grad=False)
@@ -164,14 +172,19 @@ class Transformer(nn.Module):
         self.freqs_cis: Tensor | None = None
         self.causal_mask: Tensor | None = None
 
-    def setup_caches(self, max_batch: int, max_seq: int | None = None) -> None:
+    def setup_caches(self, max_batch: int, max_seq: int | None = None,
+                     caches: list[tuple[Tensor, Tensor]] | None = None) -> None:
+        """Preallocate every layer's KV cache, or adopt `caches` (one (k, v) per layer)."""
         a = self.args
         max_seq = min(max_seq or a.max_seq_len, a.max_seq_len)
         device = self.output.device
         self.max_batch, self.max_seq = max_batch, max_seq
-        for layer in self.layers:
+        if caches is not None and len(caches) != len(self.layers):
+            raise ValueError(f"{len(caches)} KV caches for {len(self.layers)} layers")
+        for i, layer in enumerate(self.layers):
             layer.attention.kv_cache = KVCache(max_batch, max_seq, a.n_kv_heads, a.head_dim,
-                                               self.output.dtype, device)
+                                               self.output.dtype, device,
+                                               caches[i] if caches is not None else None)
         self.freqs_cis = precompute_freqs_cis(max_seq, a.head_dim, a.rope_base).to(device)
         self.causal_mask = torch.tril(torch.ones(max_seq, max_seq, dtype=torch.bool, device=device))
 
@@ -209,20 +222,38 @@ def init_weights(model: Transformer, seed: int) -> None:
                 p.normal_(0.0, 1.0 / math.sqrt(p.size(1)), generator=g)
 
 
-def build_model(args: ModelArgs, slots: SlotTable, *, seed: int, device: str = "cpu",
-                max_batch: int = 8, max_seq: int | None = None, init: bool = True) -> Transformer:
+def adopt_weights(model: Transformer, weights: dict[str, Tensor]) -> None:
+    """Make every parameter the given tensor (as an nn.Parameter, the kind the live model holds)."""
+    names = {name for name, _ in model.named_parameters()}
+    if set(weights) != names:
+        raise ValueError(f"weights differ from the model's parameters: missing {sorted(names - set(weights))[:3]}, "
+                         f"unknown {sorted(set(weights) - names)[:3]}")
+    for name, tensor in weights.items():
+        owner, _, leaf = name.rpartition(".")
+        module = model.get_submodule(owner) if owner else model
+        module._parameters[leaf] = nn.Parameter(tensor, requires_grad=False)
+
+
+def build_model(args: ModelArgs, slots: OpTable, *, seed: int, device: str = "cpu",
+                max_batch: int = 8, max_seq: int | None = None, init: bool = True,
+                weights: dict[str, Tensor] | None = None,
+                caches: list[tuple[Tensor, Tensor]] | None = None) -> Transformer:
     """Allocate on the device, fill the seeded weights in the target dtype (unless `init` is False: a
-    checkpoint will overwrite them), preallocate the caches."""
+    checkpoint will overwrite them), preallocate the caches. With `weights` (every parameter, by name)
+    and `caches`, the model adopts tensors another process owns instead of allocating its own."""
     previous = torch.get_default_dtype()
     torch.set_default_dtype(args.torch_dtype)  # allocate in the target dtype: no fp32 copy of 8B weights
     try:
-        with torch.device(device):
+        with torch.device("meta" if weights is not None else device):
             model = Transformer(args, slots)
     finally:
         torch.set_default_dtype(previous)
-    if init:
+    if weights is not None:
+        adopt_weights(model, weights)
+    elif init:
         init_weights(model, seed)
-    model.setup_caches(max_batch, max_seq)
+    model.setup_caches(max_batch, max_seq, caches)
+    slots.attach(model)  # region entries bind to this model's blocks
     return model.eval()
 
 

@@ -25,19 +25,21 @@ _sym_db = _symbol_database.Default()
 from proto.gen.polymorph.v1 import events_pb2 as polymorph_dot_v1_dot_events__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!polymorph/v1/engine_service.proto\x12\x0cpolymorph.v1\x1a\x19polymorph/v1/events.proto\"9\n\x0bTensorProto\x12\r\n\x05shape\x18\x01 \x03(\x03\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\x0f\n\rStatusRequest\"B\n\tSlotState\x12\x0c\n\x04slot\x18\x01 \x01(\t\x12\x14\n\x0c\x63\x61ndidate_id\x18\x02 \x01(\t\x12\x11\n\tsignature\x18\x03 \x01(\t\"\xa1\x01\n\x0bStatusReply\x12\x11\n\tengine_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x10\n\x08hardware\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x04 \x01(\t\x12\'\n\x05tiers\x18\x05 \x03(\x0b\x32\x18.polymorph.v1.TierStatus\x12\x13\n\x0b\x65xperiments\x18\x06 \x01(\x03\x12\x10\n\x08uptime_s\x18\x07 \x01(\x01\"\xad\x01\n\nTierStatus\x12 \n\x04tier\x18\x01 \x01(\x0e\x32\x12.polymorph.v1.Tier\x12\x0e\n\x06layers\x18\x02 \x01(\x05\x12&\n\x05slots\x18\x03 \x03(\x0b\x32\x17.polymorph.v1.SlotState\x12\x17\n\x0fworker_restarts\x18\x04 \x01(\x05\x12\x14\n\x0cworker_alive\x18\x05 \x01(\x08\x12\x16\n\x0eworker_start_s\x18\x06 \x01(\x01\"a\n\x11SwapKernelRequest\x12*\n\tcandidate\x18\x01 \x01(\x0b\x32\x17.polymorph.v1.Candidate\x12 \n\x04tier\x18\x02 \x01(\x0e\x32\x12.polymorph.v1.Tier\"\x9e\x01\n\x0fSwapKernelReply\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0c\n\x04slot\x18\x02 \x01(\t\x12\x13\n\x0bprevious_id\x18\x03 \x01(\t\x12\x14\n\x0cinstalled_id\x18\x04 \x01(\t\x12\x0e\n\x06swap_s\x18\x05 \x01(\x01\x12\'\n\x06status\x18\x06 \x01(\x0e\x32\x17.polymorph.v1.RunStatus\x12\r\n\x05\x65rror\x18\x07 \x01(\t\"Z\n\x0fRollbackRequest\x12\x0c\n\x04slot\x18\x01 \x01(\t\x12 \n\x04tier\x18\x02 \x01(\x0e\x32\x12.polymorph.v1.Tier\x12\x17\n\x0fto_candidate_id\x18\x03 \x01(\t\"\x9b\x01\n\x10\x42\x65nchmarkRequest\x12*\n\tcandidate\x18\x01 \x01(\x0b\x32\x17.polymorph.v1.Candidate\x12)\n\x06shapes\x18\x02 \x03(\x0b\x32\x19.polymorph.v1.ShapeBucket\x12 \n\x04tier\x18\x03 \x01(\x0e\x32\x12.polymorph.v1.Tier\x12\x0e\n\x06rounds\x18\x04 \x01(\x05\"\xd6\x01\n\x0eRunSlotRequest\x12*\n\tcandidate\x18\x01 \x01(\x0b\x32\x17.polymorph.v1.Candidate\x12 \n\x04tier\x18\x02 \x01(\x0e\x32\x12.polymorph.v1.Tier\x12)\n\x06source\x18\x03 \x01(\x0e\x32\x19.polymorph.v1.InputSource\x12)\n\x06shapes\x18\x04 \x03(\x0b\x32\x19.polymorph.v1.ShapeBucket\x12\x0c\n\x04seed\x18\x05 \x01(\x05\x12\x12\n\nmax_inputs\x18\x06 \x01(\x05\"\xc5\x01\n\x07SlotRun\x12\x10\n\x08input_id\x18\x01 \x01(\t\x12,\n\treference\x18\x02 \x01(\x0b\x32\x19.polymorph.v1.TensorProto\x12(\n\x05\x66irst\x18\x03 \x01(\x0b\x32\x19.polymorph.v1.TensorProto\x12)\n\x06second\x18\x04 \x01(\x0b\x32\x19.polymorph.v1.TensorProto\x12\x16\n\x0einputs_mutated\x18\x05 \x01(\x08\x12\r\n\x05\x65rror\x18\x06 \x01(\t\"y\n\x0cRunSlotReply\x12\x0c\n\x04slot\x18\x01 \x01(\t\x12\'\n\x06status\x18\x02 \x01(\x0e\x32\x17.polymorph.v1.RunStatus\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12#\n\x04runs\x18\x04 \x03(\x0b\x32\x15.polymorph.v1.SlotRun\"]\n\x0eProfileRequest\x12)\n\x06shapes\x18\x01 \x03(\x0b\x32\x19.polymorph.v1.ShapeBucket\x12 \n\x04tier\x18\x02 \x01(\x0e\x32\x12.polymorph.v1.Tier\"m\n\x08SlotTime\x12\x0c\n\x04slot\x18\x01 \x01(\t\x12(\n\x05shape\x18\x02 \x01(\x0b\x32\x19.polymorph.v1.ShapeBucket\x12\x11\n\tmedian_us\x18\x03 \x01(\x01\x12\x16\n\x0e\x63\x61lls_per_step\x18\x04 \x01(\x05\"F\n\x0cProfileReply\x12%\n\x05times\x18\x01 \x03(\x0b\x32\x16.polymorph.v1.SlotTime\x12\x0f\n\x07step_us\x18\x02 \x01(\x01\"\xad\x01\n\x0fGenerateRequest\x12\x0e\n\x06prompt\x18\x01 \x03(\x05\x12\r\n\x05steps\x18\x02 \x01(\x05\x12 \n\x04tier\x18\x03 \x01(\x0e\x32\x12.polymorph.v1.Tier\x12*\n\toverrides\x18\x04 \x03(\x0b\x32\x17.polymorph.v1.Candidate\x12\x15\n\rreturn_logits\x18\x05 \x01(\x08\x12\x16\n\x0ereference_only\x18\x06 \x01(\x08\"\x93\x01\n\rGenerateReply\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.polymorph.v1.RunStatus\x12\r\n\x05\x65rror\x18\x02 \x01(\t\x12\x0e\n\x06tokens\x18\x03 \x03(\x05\x12)\n\x06logits\x18\x04 \x01(\x0b\x32\x19.polymorph.v1.TensorProto\x12\x0f\n\x07seconds\x18\x05 \x01(\x01*:\n\x04Tier\x12\x14\n\x10TIER_UNSPECIFIED\x10\x00\x12\r\n\tTIER_FAST\x10\x01\x12\r\n\tTIER_SLOW\x10\x02*_\n\x0bInputSource\x12\x1c\n\x18INPUT_SOURCE_UNSPECIFIED\x10\x00\x12\x19\n\x15INPUT_SOURCE_CAPTURED\x10\x01\x12\x17\n\x13INPUT_SOURCE_RANDOM\x10\x02*\x9c\x01\n\tRunStatus\x12\x1a\n\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x11\n\rRUN_STATUS_OK\x10\x01\x12\x19\n\x15RUN_STATUS_LOAD_ERROR\x10\x02\x12\x15\n\x11RUN_STATUS_RAISED\x10\x03\x12\x16\n\x12RUN_STATUS_CRASHED\x10\x04\x12\x16\n\x12RUN_STATUS_TIMEOUT\x10\x05\x32\x87\x04\n\rEngineService\x12@\n\x06Status\x12\x1b.polymorph.v1.StatusRequest\x1a\x19.polymorph.v1.StatusReply\x12L\n\nSwapKernel\x12\x1f.polymorph.v1.SwapKernelRequest\x1a\x1d.polymorph.v1.SwapKernelReply\x12H\n\x08Rollback\x12\x1d.polymorph.v1.RollbackRequest\x1a\x1d.polymorph.v1.SwapKernelReply\x12J\n\tBenchmark\x12\x1e.polymorph.v1.BenchmarkRequest\x1a\x1d.polymorph.v1.BenchmarkResult\x12\x43\n\x07RunSlot\x12\x1c.polymorph.v1.RunSlotRequest\x1a\x1a.polymorph.v1.RunSlotReply\x12\x43\n\x07Profile\x12\x1c.polymorph.v1.ProfileRequest\x1a\x1a.polymorph.v1.ProfileReply\x12\x46\n\x08Generate\x12\x1d.polymorph.v1.GenerateRequest\x1a\x1b.polymorph.v1.GenerateReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!polymorph/v1/engine_service.proto\x12\x0cpolymorph.v1\x1a\x19polymorph/v1/events.proto\"9\n\x0bTensorProto\x12\r\n\x05shape\x18\x01 \x03(\x03\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\x0f\n\rStatusRequest\"B\n\tSlotState\x12\x0c\n\x04slot\x18\x01 \x01(\t\x12\x14\n\x0c\x63\x61ndidate_id\x18\x02 \x01(\t\x12\x11\n\tsignature\x18\x03 \x01(\t\"\xa1\x01\n\x0bStatusReply\x12\x11\n\tengine_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x10\n\x08hardware\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x04 \x01(\t\x12\'\n\x05tiers\x18\x05 \x03(\x0b\x32\x18.polymorph.v1.TierStatus\x12\x13\n\x0b\x65xperiments\x18\x06 \x01(\x03\x12\x10\n\x08uptime_s\x18\x07 \x01(\x01\"\xb8\x02\n\nTierStatus\x12 \n\x04tier\x18\x01 \x01(\x0e\x32\x12.polymorph.v1.Tier\x12\x0e\n\x06layers\x18\x02 \x01(\x05\x12&\n\x05slots\x18\x03 \x03(\x0b\x32\x17.polymorph.v1.SlotState\x12\x17\n\x0fworker_restarts\x18\x04 \x01(\x05\x12\x14\n\x0cworker_alive\x18\x05 \x01(\x08\x12\x16\n\x0eworker_start_s\x18\x06 \x01(\x01\x12>\n\x0b\x63ontainment\x18\x07 \x03(\x0b\x32).polymorph.v1.TierStatus.ContainmentEntry\x12\x15\n\rlive_restarts\x18\x08 \x01(\x05\x1a\x32\n\x10\x43ontainmentEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"a\n\x11SwapKernelRequest\x12*\n\tcandidate\x18\x01 \x01(\x0b\x32\x17.polymorph.v1.Candidate\x12 \n\x04tier\x18\x02 \x01(\x0e\x32\x12.polymorph.v1.Tier\"\x9e\x01\n\x0fSwapKernelReply\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0c\n\x04slot\x18\x02 \x01(\t\x12\x13\n\x0bprevious_id\x18\x03 \x01(\t\x12\x14\n\x0cinstalled_id\x18\x04 \x01(\t\x12\x0e\n\x06swap_s\x18\x05 \x01(\x01\x12\'\n\x06status\x18\x06 \x01(\x0e\x32\x17.polymorph.v1.RunStatus\x12\r\n\x05\x65rror\x18\x07 \x01(\t\"Z\n\x0fRollbackRequest\x12\x0c\n\x04slot\x18\x01 \x01(\t\x12 \n\x04tier\x18\x02 \x01(\x0e\x32\x12.polymorph.v1.Tier\x12\x17\n\x0fto_candidate_id\x18\x03 \x01(\t\"\x9b\x01\n\x10\x42\x65nchmarkRequest\x12*\n\tcandidate\x18\x01 \x01(\x0b\x32\x17.polymorph.v1.Candidate\x12)\n\x06shapes\x18\x02 \x03(\x0b\x32\x19.polymorph.v1.ShapeBucket\x12 \n\x04tier\x18\x03 \x01(\x0e\x32\x12.polymorph.v1.Tier\x12\x0e\n\x06rounds\x18\x04 \x01(\x05\"\xe7\x01\n\x0eRunSlotRequest\x12*\n\tcandidate\x18\x01 \x01(\x0b\x32\x17.polymorph.v1.Candidate\x12 \n\x04tier\x18\x02 \x01(\x0e\x32\x12.polymorph.v1.Tier\x12)\n\x06source\x18\x03 \x01(\x0e\x32\x19.polymorph.v1.InputSource\x12)\n\x06shapes\x18\x04 \x03(\x0b\x32\x19.polymorph.v1.ShapeBucket\x12\x0c\n\x04seed\x18\x05 \x01(\x05\x12\x12\n\nmax_inputs\x18\x06 \x01(\x05\x12\x0f\n\x07repeats\x18\x07 \x01(\x05\"\xc5\x01\n\x07SlotRun\x12\x10\n\x08input_id\x18\x01 \x01(\t\x12,\n\treference\x18\x02 \x01(\x0b\x32\x19.polymorph.v1.TensorProto\x12(\n\x05\x66irst\x18\x03 \x01(\x0b\x32\x19.polymorph.v1.TensorProto\x12)\n\x06second\x18\x04 \x01(\x0b\x32\x19.polymorph.v1.TensorProto\x12\x16\n\x0einputs_mutated\x18\x05 \x01(\x08\x12\r\n\x05\x65rror\x18\x06 \x01(\t\"\xa5\x01\n\x0cRunSlotReply\x12\x0c\n\x04slot\x18\x01 \x01(\t\x12\'\n\x06status\x18\x02 \x01(\x0e\x32\x17.polymorph.v1.RunStatus\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12#\n\x04runs\x18\x04 \x03(\x0b\x32\x15.polymorph.v1.SlotRun\x12\x13\n\x0b\x65xtra_calls\x18\x05 \x01(\x05\x12\x15\n\rextra_failure\x18\x06 \x01(\t\"]\n\x0eProfileRequest\x12)\n\x06shapes\x18\x01 \x03(\x0b\x32\x19.polymorph.v1.ShapeBucket\x12 \n\x04tier\x18\x02 \x01(\x0e\x32\x12.polymorph.v1.Tier\"m\n\x08SlotTime\x12\x0c\n\x04slot\x18\x01 \x01(\t\x12(\n\x05shape\x18\x02 \x01(\x0b\x32\x19.polymorph.v1.ShapeBucket\x12\x11\n\tmedian_us\x18\x03 \x01(\x01\x12\x16\n\x0e\x63\x61lls_per_step\x18\x04 \x01(\x05\"F\n\x0cProfileReply\x12%\n\x05times\x18\x01 \x03(\x0b\x32\x16.polymorph.v1.SlotTime\x12\x0f\n\x07step_us\x18\x02 \x01(\x01\"\xad\x01\n\x0fGenerateRequest\x12\x0e\n\x06prompt\x18\x01 \x03(\x05\x12\r\n\x05steps\x18\x02 \x01(\x05\x12 \n\x04tier\x18\x03 \x01(\x0e\x32\x12.polymorph.v1.Tier\x12*\n\toverrides\x18\x04 \x03(\x0b\x32\x17.polymorph.v1.Candidate\x12\x15\n\rreturn_logits\x18\x05 \x01(\x08\x12\x16\n\x0ereference_only\x18\x06 \x01(\x08\"\x93\x01\n\rGenerateReply\x12\'\n\x06status\x18\x01 \x01(\x0e\x32\x17.polymorph.v1.RunStatus\x12\r\n\x05\x65rror\x18\x02 \x01(\t\x12\x0e\n\x06tokens\x18\x03 \x03(\x05\x12)\n\x06logits\x18\x04 \x01(\x0b\x32\x19.polymorph.v1.TensorProto\x12\x0f\n\x07seconds\x18\x05 \x01(\x01*:\n\x04Tier\x12\x14\n\x10TIER_UNSPECIFIED\x10\x00\x12\r\n\tTIER_FAST\x10\x01\x12\r\n\tTIER_SLOW\x10\x02*_\n\x0bInputSource\x12\x1c\n\x18INPUT_SOURCE_UNSPECIFIED\x10\x00\x12\x19\n\x15INPUT_SOURCE_CAPTURED\x10\x01\x12\x17\n\x13INPUT_SOURCE_RANDOM\x10\x02*\xb9\x01\n\tRunStatus\x12\x1a\n\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x11\n\rRUN_STATUS_OK\x10\x01\x12\x19\n\x15RUN_STATUS_LOAD_ERROR\x10\x02\x12\x15\n\x11RUN_STATUS_RAISED\x10\x03\x12\x16\n\x12RUN_STATUS_CRASHED\x10\x04\x12\x16\n\x12RUN_STATUS_TIMEOUT\x10\x05\x12\x1b\n\x17RUN_STATUS_WRONG_OUTPUT\x10\x06\x32\x87\x04\n\rEngineService\x12@\n\x06Status\x12\x1b.polymorph.v1.StatusRequest\x1a\x19.polymorph.v1.StatusReply\x12L\n\nSwapKernel\x12\x1f.polymorph.v1.SwapKernelRequest\x1a\x1d.polymorph.v1.SwapKernelReply\x12H\n\x08Rollback\x12\x1d.polymorph.v1.RollbackRequest\x1a\x1d.polymorph.v1.SwapKernelReply\x12J\n\tBenchmark\x12\x1e.polymorph.v1.BenchmarkRequest\x1a\x1d.polymorph.v1.BenchmarkResult\x12\x43\n\x07RunSlot\x12\x1c.polymorph.v1.RunSlotRequest\x1a\x1a.polymorph.v1.RunSlotReply\x12\x43\n\x07Profile\x12\x1c.polymorph.v1.ProfileRequest\x1a\x1a.polymorph.v1.ProfileReply\x12\x46\n\x08Generate\x12\x1d.polymorph.v1.GenerateRequest\x1a\x1b.polymorph.v1.GenerateReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'polymorph.v1.engine_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TIER']._serialized_start=2216
-  _globals['_TIER']._serialized_end=2274
-  _globals['_INPUTSOURCE']._serialized_start=2276
-  _globals['_INPUTSOURCE']._serialized_end=2371
-  _globals['_RUNSTATUS']._serialized_start=2374
-  _globals['_RUNSTATUS']._serialized_end=2530
+  _globals['_TIERSTATUS_CONTAINMENTENTRY']._loaded_options = None
+  _globals['_TIERSTATUS_CONTAINMENTENTRY']._serialized_options = b'8\001'
+  _globals['_TIER']._serialized_start=2417
+  _globals['_TIER']._serialized_end=2475
+  _globals['_INPUTSOURCE']._serialized_start=2477
+  _globals['_INPUTSOURCE']._serialized_end=2572
+  _globals['_RUNSTATUS']._serialized_start=2575
+  _globals['_RUNSTATUS']._serialized_end=2760
   _globals['_TENSORPROTO']._serialized_start=78
   _globals['_TENSORPROTO']._serialized_end=135
   _globals['_STATUSREQUEST']._serialized_start=137
@@ -47,31 +49,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_STATUSREPLY']._serialized_start=223
   _globals['_STATUSREPLY']._serialized_end=384
   _globals['_TIERSTATUS']._serialized_start=387
-  _globals['_TIERSTATUS']._serialized_end=560
-  _globals['_SWAPKERNELREQUEST']._serialized_start=562
-  _globals['_SWAPKERNELREQUEST']._serialized_end=659
-  _globals['_SWAPKERNELREPLY']._serialized_start=662
-  _globals['_SWAPKERNELREPLY']._serialized_end=820
-  _globals['_ROLLBACKREQUEST']._serialized_start=822
-  _globals['_ROLLBACKREQUEST']._serialized_end=912
-  _globals['_BENCHMARKREQUEST']._serialized_start=915
-  _globals['_BENCHMARKREQUEST']._serialized_end=1070
-  _globals['_RUNSLOTREQUEST']._serialized_start=1073
-  _globals['_RUNSLOTREQUEST']._serialized_end=1287
-  _globals['_SLOTRUN']._serialized_start=1290
-  _globals['_SLOTRUN']._serialized_end=1487
-  _globals['_RUNSLOTREPLY']._serialized_start=1489
-  _globals['_RUNSLOTREPLY']._serialized_end=1610
-  _globals['_PROFILEREQUEST']._serialized_start=1612
-  _globals['_PROFILEREQUEST']._serialized_end=1705
-  _globals['_SLOTTIME']._serialized_start=1707
-  _globals['_SLOTTIME']._serialized_end=1816
-  _globals['_PROFILEREPLY']._serialized_start=1818
-  _globals['_PROFILEREPLY']._serialized_end=1888
-  _globals['_GENERATEREQUEST']._serialized_start=1891
-  _globals['_GENERATEREQUEST']._serialized_end=2064
-  _globals['_GENERATEREPLY']._serialized_start=2067
-  _globals['_GENERATEREPLY']._serialized_end=2214
-  _globals['_ENGINESERVICE']._serialized_start=2533
-  _globals['_ENGINESERVICE']._serialized_end=3052
+  _globals['_TIERSTATUS']._serialized_end=699
+  _globals['_TIERSTATUS_CONTAINMENTENTRY']._serialized_start=649
+  _globals['_TIERSTATUS_CONTAINMENTENTRY']._serialized_end=699
+  _globals['_SWAPKERNELREQUEST']._serialized_start=701
+  _globals['_SWAPKERNELREQUEST']._serialized_end=798
+  _globals['_SWAPKERNELREPLY']._serialized_start=801
+  _globals['_SWAPKERNELREPLY']._serialized_end=959
+  _globals['_ROLLBACKREQUEST']._serialized_start=961
+  _globals['_ROLLBACKREQUEST']._serialized_end=1051
+  _globals['_BENCHMARKREQUEST']._serialized_start=1054
+  _globals['_BENCHMARKREQUEST']._serialized_end=1209
+  _globals['_RUNSLOTREQUEST']._serialized_start=1212
+  _globals['_RUNSLOTREQUEST']._serialized_end=1443
+  _globals['_SLOTRUN']._serialized_start=1446
+  _globals['_SLOTRUN']._serialized_end=1643
+  _globals['_RUNSLOTREPLY']._serialized_start=1646
+  _globals['_RUNSLOTREPLY']._serialized_end=1811
+  _globals['_PROFILEREQUEST']._serialized_start=1813
+  _globals['_PROFILEREQUEST']._serialized_end=1906
+  _globals['_SLOTTIME']._serialized_start=1908
+  _globals['_SLOTTIME']._serialized_end=2017
+  _globals['_PROFILEREPLY']._serialized_start=2019
+  _globals['_PROFILEREPLY']._serialized_end=2089
+  _globals['_GENERATEREQUEST']._serialized_start=2092
+  _globals['_GENERATEREQUEST']._serialized_end=2265
+  _globals['_GENERATEREPLY']._serialized_start=2268
+  _globals['_GENERATEREPLY']._serialized_end=2415
+  _globals['_ENGINESERVICE']._serialized_start=2763
+  _globals['_ENGINESERVICE']._serialized_end=3282
 # @@protoc_insertion_point(module_scope)

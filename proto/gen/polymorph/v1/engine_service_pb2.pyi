@@ -28,6 +28,7 @@ class RunStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RUN_STATUS_RAISED: _ClassVar[RunStatus]
     RUN_STATUS_CRASHED: _ClassVar[RunStatus]
     RUN_STATUS_TIMEOUT: _ClassVar[RunStatus]
+    RUN_STATUS_WRONG_OUTPUT: _ClassVar[RunStatus]
 TIER_UNSPECIFIED: Tier
 TIER_FAST: Tier
 TIER_SLOW: Tier
@@ -40,6 +41,7 @@ RUN_STATUS_LOAD_ERROR: RunStatus
 RUN_STATUS_RAISED: RunStatus
 RUN_STATUS_CRASHED: RunStatus
 RUN_STATUS_TIMEOUT: RunStatus
+RUN_STATUS_WRONG_OUTPUT: RunStatus
 
 class TensorProto(_message.Message):
     __slots__ = ("shape", "dtype", "data")
@@ -84,20 +86,31 @@ class StatusReply(_message.Message):
     def __init__(self, engine_id: _Optional[str] = ..., model: _Optional[str] = ..., hardware: _Optional[str] = ..., device: _Optional[str] = ..., tiers: _Optional[_Iterable[_Union[TierStatus, _Mapping]]] = ..., experiments: _Optional[int] = ..., uptime_s: _Optional[float] = ...) -> None: ...
 
 class TierStatus(_message.Message):
-    __slots__ = ("tier", "layers", "slots", "worker_restarts", "worker_alive", "worker_start_s")
+    __slots__ = ("tier", "layers", "slots", "worker_restarts", "worker_alive", "worker_start_s", "containment", "live_restarts")
+    class ContainmentEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     TIER_FIELD_NUMBER: _ClassVar[int]
     LAYERS_FIELD_NUMBER: _ClassVar[int]
     SLOTS_FIELD_NUMBER: _ClassVar[int]
     WORKER_RESTARTS_FIELD_NUMBER: _ClassVar[int]
     WORKER_ALIVE_FIELD_NUMBER: _ClassVar[int]
     WORKER_START_S_FIELD_NUMBER: _ClassVar[int]
+    CONTAINMENT_FIELD_NUMBER: _ClassVar[int]
+    LIVE_RESTARTS_FIELD_NUMBER: _ClassVar[int]
     tier: Tier
     layers: int
     slots: _containers.RepeatedCompositeFieldContainer[SlotState]
     worker_restarts: int
     worker_alive: bool
     worker_start_s: float
-    def __init__(self, tier: _Optional[_Union[Tier, str]] = ..., layers: _Optional[int] = ..., slots: _Optional[_Iterable[_Union[SlotState, _Mapping]]] = ..., worker_restarts: _Optional[int] = ..., worker_alive: _Optional[bool] = ..., worker_start_s: _Optional[float] = ...) -> None: ...
+    containment: _containers.ScalarMap[str, str]
+    live_restarts: int
+    def __init__(self, tier: _Optional[_Union[Tier, str]] = ..., layers: _Optional[int] = ..., slots: _Optional[_Iterable[_Union[SlotState, _Mapping]]] = ..., worker_restarts: _Optional[int] = ..., worker_alive: _Optional[bool] = ..., worker_start_s: _Optional[float] = ..., containment: _Optional[_Mapping[str, str]] = ..., live_restarts: _Optional[int] = ...) -> None: ...
 
 class SwapKernelRequest(_message.Message):
     __slots__ = ("candidate", "tier")
@@ -148,20 +161,22 @@ class BenchmarkRequest(_message.Message):
     def __init__(self, candidate: _Optional[_Union[_events_pb2.Candidate, _Mapping]] = ..., shapes: _Optional[_Iterable[_Union[_events_pb2.ShapeBucket, _Mapping]]] = ..., tier: _Optional[_Union[Tier, str]] = ..., rounds: _Optional[int] = ...) -> None: ...
 
 class RunSlotRequest(_message.Message):
-    __slots__ = ("candidate", "tier", "source", "shapes", "seed", "max_inputs")
+    __slots__ = ("candidate", "tier", "source", "shapes", "seed", "max_inputs", "repeats")
     CANDIDATE_FIELD_NUMBER: _ClassVar[int]
     TIER_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     SHAPES_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     MAX_INPUTS_FIELD_NUMBER: _ClassVar[int]
+    REPEATS_FIELD_NUMBER: _ClassVar[int]
     candidate: _events_pb2.Candidate
     tier: Tier
     source: InputSource
     shapes: _containers.RepeatedCompositeFieldContainer[_events_pb2.ShapeBucket]
     seed: int
     max_inputs: int
-    def __init__(self, candidate: _Optional[_Union[_events_pb2.Candidate, _Mapping]] = ..., tier: _Optional[_Union[Tier, str]] = ..., source: _Optional[_Union[InputSource, str]] = ..., shapes: _Optional[_Iterable[_Union[_events_pb2.ShapeBucket, _Mapping]]] = ..., seed: _Optional[int] = ..., max_inputs: _Optional[int] = ...) -> None: ...
+    repeats: int
+    def __init__(self, candidate: _Optional[_Union[_events_pb2.Candidate, _Mapping]] = ..., tier: _Optional[_Union[Tier, str]] = ..., source: _Optional[_Union[InputSource, str]] = ..., shapes: _Optional[_Iterable[_Union[_events_pb2.ShapeBucket, _Mapping]]] = ..., seed: _Optional[int] = ..., max_inputs: _Optional[int] = ..., repeats: _Optional[int] = ...) -> None: ...
 
 class SlotRun(_message.Message):
     __slots__ = ("input_id", "reference", "first", "second", "inputs_mutated", "error")
@@ -180,16 +195,20 @@ class SlotRun(_message.Message):
     def __init__(self, input_id: _Optional[str] = ..., reference: _Optional[_Union[TensorProto, _Mapping]] = ..., first: _Optional[_Union[TensorProto, _Mapping]] = ..., second: _Optional[_Union[TensorProto, _Mapping]] = ..., inputs_mutated: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
 
 class RunSlotReply(_message.Message):
-    __slots__ = ("slot", "status", "error", "runs")
+    __slots__ = ("slot", "status", "error", "runs", "extra_calls", "extra_failure")
     SLOT_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     RUNS_FIELD_NUMBER: _ClassVar[int]
+    EXTRA_CALLS_FIELD_NUMBER: _ClassVar[int]
+    EXTRA_FAILURE_FIELD_NUMBER: _ClassVar[int]
     slot: str
     status: RunStatus
     error: str
     runs: _containers.RepeatedCompositeFieldContainer[SlotRun]
-    def __init__(self, slot: _Optional[str] = ..., status: _Optional[_Union[RunStatus, str]] = ..., error: _Optional[str] = ..., runs: _Optional[_Iterable[_Union[SlotRun, _Mapping]]] = ...) -> None: ...
+    extra_calls: int
+    extra_failure: str
+    def __init__(self, slot: _Optional[str] = ..., status: _Optional[_Union[RunStatus, str]] = ..., error: _Optional[str] = ..., runs: _Optional[_Iterable[_Union[SlotRun, _Mapping]]] = ..., extra_calls: _Optional[int] = ..., extra_failure: _Optional[str] = ...) -> None: ...
 
 class ProfileRequest(_message.Message):
     __slots__ = ("shapes", "tier")

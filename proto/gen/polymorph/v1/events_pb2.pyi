@@ -276,7 +276,7 @@ class Timing(_message.Message):
     def __init__(self, median_us: _Optional[float] = ..., p10_us: _Optional[float] = ..., p90_us: _Optional[float] = ..., runs: _Optional[int] = ...) -> None: ...
 
 class BenchmarkResult(_message.Message):
-    __slots__ = ("candidate_id", "campaign_id", "slot", "status", "reason", "candidate", "incumbent", "incumbent_id", "aa_spread", "speedup", "speedup_lo", "speedup_hi", "speedup_vs_reference", "engine_id", "tier", "hardware", "model", "bench_s", "finished_unix")
+    __slots__ = ("candidate_id", "campaign_id", "slot", "status", "reason", "candidate", "incumbent", "incumbent_id", "aa_spread", "speedup", "speedup_lo", "speedup_hi", "speedup_vs_reference", "engine_id", "tier", "hardware", "model", "bench_s", "finished_unix", "checked_calls", "timed_calls")
     CANDIDATE_ID_FIELD_NUMBER: _ClassVar[int]
     CAMPAIGN_ID_FIELD_NUMBER: _ClassVar[int]
     SLOT_FIELD_NUMBER: _ClassVar[int]
@@ -296,6 +296,8 @@ class BenchmarkResult(_message.Message):
     MODEL_FIELD_NUMBER: _ClassVar[int]
     BENCH_S_FIELD_NUMBER: _ClassVar[int]
     FINISHED_UNIX_FIELD_NUMBER: _ClassVar[int]
+    CHECKED_CALLS_FIELD_NUMBER: _ClassVar[int]
+    TIMED_CALLS_FIELD_NUMBER: _ClassVar[int]
     candidate_id: str
     campaign_id: str
     slot: str
@@ -315,7 +317,9 @@ class BenchmarkResult(_message.Message):
     model: str
     bench_s: float
     finished_unix: float
-    def __init__(self, candidate_id: _Optional[str] = ..., campaign_id: _Optional[str] = ..., slot: _Optional[str] = ..., status: _Optional[_Union[BenchStatus, str]] = ..., reason: _Optional[str] = ..., candidate: _Optional[_Union[Timing, _Mapping]] = ..., incumbent: _Optional[_Union[Timing, _Mapping]] = ..., incumbent_id: _Optional[str] = ..., aa_spread: _Optional[float] = ..., speedup: _Optional[float] = ..., speedup_lo: _Optional[float] = ..., speedup_hi: _Optional[float] = ..., speedup_vs_reference: _Optional[float] = ..., engine_id: _Optional[str] = ..., tier: _Optional[str] = ..., hardware: _Optional[str] = ..., model: _Optional[str] = ..., bench_s: _Optional[float] = ..., finished_unix: _Optional[float] = ...) -> None: ...
+    checked_calls: int
+    timed_calls: int
+    def __init__(self, candidate_id: _Optional[str] = ..., campaign_id: _Optional[str] = ..., slot: _Optional[str] = ..., status: _Optional[_Union[BenchStatus, str]] = ..., reason: _Optional[str] = ..., candidate: _Optional[_Union[Timing, _Mapping]] = ..., incumbent: _Optional[_Union[Timing, _Mapping]] = ..., incumbent_id: _Optional[str] = ..., aa_spread: _Optional[float] = ..., speedup: _Optional[float] = ..., speedup_lo: _Optional[float] = ..., speedup_hi: _Optional[float] = ..., speedup_vs_reference: _Optional[float] = ..., engine_id: _Optional[str] = ..., tier: _Optional[str] = ..., hardware: _Optional[str] = ..., model: _Optional[str] = ..., bench_s: _Optional[float] = ..., finished_unix: _Optional[float] = ..., checked_calls: _Optional[int] = ..., timed_calls: _Optional[int] = ...) -> None: ...
 
 class CheckResult(_message.Message):
     __slots__ = ("stage", "passed", "detail", "max_abs_err", "rel_err")

@@ -1,0 +1,238 @@
+"""OS-level containment of a sandbox process, as far as this kernel allows without extra privileges.
+
+Applied in the sandbox before any candidate code is imported; each measure reports whether it took
+effect, so the host can say what its sandboxes are confined by (and tests can assert it):
+
+- dies with its parent (PR_SET_PDEATHSIG), own session (its process group is killed with it);
+- a private working directory, a scrubbed environment (no POLYMORPH_* settings, no NATS URL or
+  credentials), private Triton / inductor caches inside it, no byte-code writes;
+- resource limits: no core dumps, bounded file size and open files;
+- no network: its own network namespace (root), and Landlock's TCP rules where the kernel has them;
+- no capabilities (dropped, and root's re-grant on exec locked off), so the harness, which is not
+  dumpable (`harden_harness`), cannot be read through /proc/<pid>/mem or environ or ptraced;
+- Landlock: writes only below its working directory and /dev, no signals to processes outside it.
+The harness is a child subreaper: whatever a sandbox forks and orphans comes back to the harness,
+which freezes and kills it together with the sandbox (`signal_all`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import resource
+import signal
+import struct
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_SECUREBITS = 28
+_PR_CAPBSET_DROP = 24
+_SECURE_NOROOT_LOCKED = 0x0F  # noroot, no_setuid_fixup, each locked: exec never re-grants root's caps
+_CLONE_NEWNET = 0x40000000
+_CLONE_NEWUSER = 0x10000000
+_SYS_LANDLOCK_CREATE_RULESET, _SYS_LANDLOCK_ADD_RULE, _SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
+_LANDLOCK_CREATE_RULESET_VERSION = 1
+_LANDLOCK_RULE_PATH_BENEATH = 1
+_FS_WRITE = {  # landlock access rights that change the file system, by the ABI that introduced them
+    1: (1 << 1) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10)
+       | (1 << 11) | (1 << 12),  # write_file, remove_dir/file, make_char/dir/reg/sock/fifo/block/sym
+    2: 1 << 13,  # refer
+    3: 1 << 14,  # truncate
+    5: 1 << 15,  # ioctl_dev
+}
+_NET_TCP = (1 << 0) | (1 << 1)  # bind_tcp, connect_tcp (ABI 4)
+_SCOPE = (1 << 0) | (1 << 1)  # abstract unix sockets, signals (ABI 6)
+KEEP_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "TRITON_INTERPRET",
+            "LD_LIBRARY_PATH", "CUDA_HOME", "TORCH_CUDA_ARCH_LIST")
+
+
+@dataclass(frozen=True)
+class Confinement:
+    work_dir: str
+    threads: int = 1
+    max_file_bytes: int = 4 << 30
+    max_open_files: int = 4096
+    network: bool = False  # True only for tests of the containment itself
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _err() -> str:
+    return os.strerror(ctypes.get_errno())
+
+
+def harden_harness() -> None:
+    """The harness: dies with the host, no process without CAP_SYS_PTRACE may read its memory or
+    environment, and what its sandboxes orphan is reparented to it (so it can be found and killed)."""
+    libc = _libc()
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def scrub_environment(work_dir: Path) -> None:
+    kept = {k: os.environ[k] for k in KEEP_ENV if k in os.environ}
+    os.environ.clear()
+    os.environ.update(kept)
+    os.environ.update({
+        "HOME": str(work_dir), "TMPDIR": str(work_dir), "PYTHONDONTWRITEBYTECODE": "1",
+        "TRITON_CACHE_DIR": str(work_dir / "triton-cache"),
+        "TORCHINDUCTOR_CACHE_DIR": str(work_dir / "inductor-cache"),
+    })
+    sys.dont_write_bytecode = True
+
+
+def confine(c: Confinement) -> dict[str, str]:
+    """Apply every measure; returns measure → "on" or why it is off. Must run before torch starts
+    threads (a user namespace needs a single-threaded caller) and before any candidate import."""
+    libc, done = _libc(), {}
+    parent = os.getppid()
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the flag was set
+        os._exit(1)
+    done["dies_with_parent"] = "on"
+    try:
+        os.setsid()
+        done["own_session"] = "on"
+    except OSError as exc:
+        done["own_session"] = f"off: {exc}"
+    work = Path(c.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    os.chdir(work)
+    scrub_environment(work)
+    done["private_dir_and_env"] = "on"
+    done["network_namespace"] = "off: allowed for this sandbox" if c.network else _new_netns(libc)
+    done["rlimits"] = _limits(c)
+    done["capabilities"] = _drop_capabilities(libc)
+    done["landlock"] = _landlock(libc, work, c.network)
+    return done
+
+
+def _new_netns(libc: ctypes.CDLL) -> str:
+    if libc.unshare(_CLONE_NEWNET) == 0:
+        return "on"
+    first = _err()
+    if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET) == 0:
+        return "on (user namespace)"
+    return f"off: unshare: {first}; with a user namespace: {_err()}"
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def _drop_capabilities(libc: ctypes.CDLL) -> str:
+    if os.geteuid() == 0 and libc.prctl(_PR_SET_SECUREBITS, _SECURE_NOROOT_LOCKED, 0, 0, 0) != 0:
+        return f"off: securebits: {_err()}"
+    for cap in range(64):
+        libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the last cap: ignored
+    header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+    data = (_CapData * 2)()
+    if libc.capset(ctypes.byref(header), data) != 0:
+        return f"off: capset: {_err()}"
+    return "on (none left)"
+
+
+def _limits(c: Confinement) -> str:
+    wanted = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, c.max_file_bytes),
+              (resource.RLIMIT_NOFILE, c.max_open_files)]
+    failed = []
+    for which, value in wanted:
+        try:
+            _soft, hard = resource.getrlimit(which)
+            cap = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(which, (cap, cap))
+        except (OSError, ValueError) as exc:
+            failed.append(f"{which}: {exc}")
+    return "on" if not failed else "partly: " + "; ".join(failed)
+
+
+def _landlock(libc: ctypes.CDLL, work: Path, network: bool) -> str:
+    abi = libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0),
+                       ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION))
+    if abi < 1:
+        return f"off: landlock unavailable ({_err()})"
+    fs = 0
+    for version, bits in _FS_WRITE.items():
+        if abi >= version:
+            fs |= bits
+    net = _NET_TCP if abi >= 4 and not network else 0
+    scoped = _SCOPE if abi >= 6 else 0
+    attr = struct.pack("QQQ", fs, net, scoped) if abi >= 6 else struct.pack("QQ", fs, net)
+    buf = ctypes.create_string_buffer(attr, len(attr))
+    ruleset = libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, buf, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
+    if ruleset < 0:
+        return f"off: create_ruleset: {_err()}"
+    try:
+        for allowed in (work, Path("/dev")):
+            fd = os.open(allowed, os.O_PATH | os.O_DIRECTORY)
+            try:
+                rule = ctypes.create_string_buffer(struct.pack("=Qi", fs, fd), 12)
+                if libc.syscall(_SYS_LANDLOCK_ADD_RULE, ruleset, _LANDLOCK_RULE_PATH_BENEATH, rule,
+                                ctypes.c_uint32(0)) != 0:
+                    return f"off: add_rule {allowed}: {_err()}"
+            finally:
+                os.close(fd)
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            return f"off: no_new_privs: {_err()}"
+        if libc.syscall(_SYS_LANDLOCK_RESTRICT_SELF, ruleset, ctypes.c_uint32(0)) != 0:
+            return f"off: restrict_self: {_err()}"
+    finally:
+        os.close(ruleset)
+    parts = ["writes below its dir and /dev only"]
+    if net:
+        parts.append("no TCP")
+    if scoped:
+        parts.append("no signals out")
+    return f"on (ABI {abi}: {', '.join(parts)})"
+
+
+def _process_table() -> dict[int, tuple[int, int]]:
+    """pid → (parent pid, session id) of every live process."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm)": state ppid pgrp session ...
+        table[int(entry.name)] = (int(fields[1]), int(fields[3]))
+    return table
+
+
+def family(pid: int, strays: set[int] | None = None) -> list[int]:
+    """A sandbox, its descendants, its session, and `strays` (orphans reparented to the harness)
+    with their descendants."""
+    table = _process_table()
+    children: dict[int, list[int]] = {}
+    for p, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(p)
+    roots = [pid, *(strays or ()), *(p for p, (_, sid) in table.items() if sid == pid)]
+    seen: set[int] = set()
+    while roots:
+        p = roots.pop()
+        if p in seen or p not in table:
+            continue
+        seen.add(p)
+        roots.extend(children.get(p, ()))
+    return sorted(seen)
+
+
+def signal_all(pid: int, sig: int, strays: set[int] | None = None) -> None:
+    for p in family(pid, strays) or [pid]:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(p, sig)

@@ -1,0 +1,191 @@
+"""Timing and checking calls that run in a sandbox, from the harness's side of the boundary.
+
+`Session` owns the buffers of a benchmark's items and the harness's own reference for the op.
+`RemoteRunner` (a timing.Runner) times one sandbox: for each sample the harness refreshes the inputs,
+poisons the outputs, reads its own clock around the Calls round trip (minus the measured round trip
+of an empty call), and reads back random output elements right after "done". For the candidate it
+then checks, in the harness: nothing still poisoned at "done" (work deferred past the answer), a
+random, unpredictable subset of the timed calls against the reference, that no output changed after
+"done", and that no input was written. A timed call and a checked call are the same call.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from services.common.slot_specs import OPS
+from services.common.tensors import compare_all, same_bits
+from services.engine_host.capture import restore_caches
+from services.engine_host.models.llama import Transformer
+from services.engine_host.protocol import Bind, Calls, CallsDone, OutputMeta, RestoreCaches, Status, Unbind
+from services.engine_host.sandboxes import Sandbox
+from services.engine_host.workitems import Buffers, WorkItem, is_poison
+
+CHECKS_PER_SAMPLE = 2  # timed calls of the candidate checked against the reference, per sample
+CALIBRATION_CALLS = 8  # calls timed together to estimate one call's time
+
+
+class CandidateFailed(Exception):
+    def __init__(self, status: Status, reason: str) -> None:
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+def as_outputs(out: Any) -> tuple[Any, ...]:
+    return tuple(out) if isinstance(out, tuple | list) else (out,)
+
+
+def output_meta(out: Any) -> tuple[OutputMeta, ...]:
+    return tuple(OutputMeta(tuple(t.shape), str(t.dtype).removeprefix("torch.")) for t in as_outputs(out))
+
+
+class Session:
+    """The items of one benchmark or run, their shared buffers and the reference that checks them."""
+
+    def __init__(self, items: list[WorkItem], reference: Callable[..., Any], model: Transformer | None,
+                 device: torch.device, seed: int, timeout_s: float) -> None:
+        self.items = {it.key: it for it in items}
+        self.reference, self.model, self.device, self.timeout_s = reference, model, device, timeout_s
+        self.gen = torch.Generator(device=device).manual_seed(seed)
+        self.rng = random.Random(seed ^ 0x5EED)  # which calls get checked: drawn after the calls ran
+        self.buffers: dict[str, Buffers] = {}
+        self.expect: dict[str, tuple[OutputMeta, ...]] = {}
+        self.checked = 0
+        self.timed = 0
+
+    def reference_out(self, item: WorkItem, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        if item.caches and self.model is not None:
+            restore_caches(self.model, item.caches)
+        return as_outputs(self.reference(*args))
+
+    def bufs(self, item: WorkItem, need: int) -> Buffers:
+        have = self.buffers.get(item.key)
+        if have is None or have.n_sets < need:
+            if item.key not in self.expect:
+                self.expect[item.key] = output_meta(self.reference_out(item, item.bases[0]))
+            fresh = Buffers(item, max(need, 1), self.expect[item.key], self.device, self.gen)
+            fresh.generation = have.generation + 1 if have is not None else 0
+            self.buffers[item.key] = have = fresh
+        return have
+
+    def check(self, box: Sandbox, item: WorkItem, rows: list[int]) -> None:
+        """Before any timing: the candidate on base input sets `rows` (unperturbed) against the reference."""
+        bufs = self.bufs(item, len(item.bases))
+        box.call(Bind(item.key, item.op, bufs.sets, bufs.outputs, bufs.expect), self.timeout_s)
+        if item.caches:
+            box.call(RestoreCaches(item.caches), self.timeout_s)
+        bufs.poison(bufs.n_sets)
+        done: CallsDone = box.call(Calls(item.key, tuple((i, i) for i in rows)), self.timeout_s)
+        if done.error:
+            raise CandidateFailed(Status.RAISED, f"raised on {item.key}: {done.error}")
+        if done.contract:
+            raise CandidateFailed(Status.WRONG_OUTPUT, f"on {item.key}: {done.contract}")
+        for i in rows:
+            result = compare_all(tuple(slab[i] for slab in bufs.outputs), self.reference_out(item, item.bases[i]))
+            if not result.passed:
+                raise CandidateFailed(Status.WRONG_OUTPUT, f"on {item.key}: {result.detail}")
+        if not bufs.inputs_intact(rows):
+            raise CandidateFailed(Status.WRONG_OUTPUT, f"on {item.key}: the kernel wrote into its inputs")
+
+    def verify(self, item: WorkItem, bufs: Buffers, n: int, idx: torch.Tensor, gathered: list[torch.Tensor],
+               every: bool = False) -> None:
+        """The candidate's n timed calls, as the harness sees them now (raises CandidateFailed); `every`:
+        check each call against the reference, not a random few."""
+        self.timed += n
+        for got in gathered:
+            if bool(is_poison(got).any()):
+                raise CandidateFailed(Status.WRONG_OUTPUT, f"on {item.key}: outputs were not written when the "
+                                      "kernel reported done (work deferred past its answer)")
+        rows = list(range(n)) if every else self.rng.sample(range(n), min(n, CHECKS_PER_SAMPLE))
+        for i in rows:
+            expected = self.reference_out(item, bufs.private_args(i))
+            got_i = tuple(slab[i] for slab in bufs.outputs)
+            result = compare_all(got_i, expected)
+            if not result.passed:
+                raise CandidateFailed(Status.WRONG_OUTPUT, f"timed call on {item.key}: {result.detail}")
+        self.checked += len(rows)
+        for slab, got in zip(bufs.outputs, gathered, strict=True):
+            now = slab[:n].reshape(n, -1)[:, idx % max(slab[0].numel(), 1)]
+            if not same_bits(now, got):
+                raise CandidateFailed(Status.WRONG_OUTPUT, f"on {item.key}: an output changed after the kernel "
+                                      "reported done")
+        if not bufs.inputs_intact(rows):
+            raise CandidateFailed(Status.WRONG_OUTPUT, f"on {item.key}: the kernel wrote into its inputs")
+
+    def release(self, boxes: list[Sandbox]) -> None:
+        for box in boxes:
+            if box.alive:
+                for key in self.buffers:
+                    try:
+                        box.call(Unbind(key), self.timeout_s)
+                    except Exception:
+                        break
+
+
+class RemoteRunner:
+    def __init__(self, session: Session, box: Sandbox, checked: bool, rivals: tuple[Sandbox, ...] = ()) -> None:
+        self.session, self.box, self.checked, self.rivals = session, box, checked, rivals
+        self.bound: dict[str, int] = {}  # item key → generation of the buffers the sandbox holds
+        self.rtt: dict[str, float] = {}
+
+    def _call(self, item: WorkItem, pairs: tuple[tuple[int, int], ...]) -> float:
+        t0 = time.perf_counter()
+        done: CallsDone = self.box.call(Calls(item.key, pairs), self.session.timeout_s)
+        seconds = time.perf_counter() - t0
+        if done.error:
+            raise CandidateFailed(Status.RAISED, f"raised on {item.key}: {done.error}") if self.checked else \
+                RuntimeError(f"the incumbent raised on {item.key}: {done.error}")
+        if done.contract:
+            raise CandidateFailed(Status.WRONG_OUTPUT, f"on {item.key}: {done.contract}") if self.checked else \
+                RuntimeError(f"the incumbent broke the output contract on {item.key}: {done.contract}")
+        return seconds
+
+    def _ready(self, item: WorkItem, n: int) -> Buffers:
+        self.box.thaw()
+        for rival in self.rivals:  # nothing of the other side runs while this side is timed
+            rival.freeze()
+        bufs = self.session.bufs(item, n)
+        if self.bound.get(item.key) != bufs.generation:
+            self.box.call(Bind(item.key, item.op, bufs.sets, bufs.outputs, bufs.expect), self.session.timeout_s)
+            self.bound[item.key] = bufs.generation
+            empty = [self._call(item, ()) for _ in range(7)]
+            self.rtt[item.key] = float(np.median(empty))
+        if item.caches:
+            self.box.call(RestoreCaches(item.caches), self.session.timeout_s)
+        return bufs
+
+    def calibrate(self, item: Any, warmup_calls: int) -> float:
+        bufs = self._ready(item, CALIBRATION_CALLS)
+        self._call(item, tuple((i % bufs.n_sets, i % bufs.n_sets) for i in range(warmup_calls)))
+        bufs.refresh()
+        bufs.poison(CALIBRATION_CALLS)
+        pairs = tuple((i, i) for i in range(CALIBRATION_CALLS))
+        return max(self._call(item, pairs) - self.rtt[item.key], 1e-9) / CALIBRATION_CALLS
+
+    def overhead_s(self, item: Any) -> float:
+        return self.rtt.get(item.key, 0.0)
+
+    def block(self, item: Any, calls: int, samples: int, offset: int) -> float:
+        bufs = self._ready(item, calls)
+        pairs = tuple((i, i) for i in range(calls))
+        self._call(item, ((offset % bufs.n_sets, offset % bufs.n_sets),))  # absorbs the switch
+        times = []
+        for _ in range(samples):
+            bufs.refresh()
+            bufs.poison(calls)
+            seconds = self._call(item, pairs)
+            idx, gathered = bufs.gather(calls)
+            if self.checked:
+                self.session.verify(item, bufs, calls, idx, gathered)
+            times.append(max(seconds - self.rtt[item.key], 1e-9) / calls)
+        return float(np.median(times))
+
+
+def is_region(op: str) -> bool:
+    return OPS[op].kind == "region"

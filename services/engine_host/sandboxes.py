@@ -1,0 +1,208 @@
+"""The harness's side of its sandboxes: spawn, confine, freeze while the other side is timed, kill.
+
+A `Sandbox` is one spawned sandbox process (sandbox.py) with a private working directory. It and
+everything it forks (its descendants, its session, and orphans the harness adopted as subreaper) are
+frozen together (SIGSTOP while the other side is timed: a candidate's spinning threads or children
+cannot slow its rival) and killed together. The `SandboxPool` keeps spawned, confined sandboxes warm
+(torch imported, device initialised), so a candidate's sandbox is ready when it arrives; each serves one candidate only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import shutil
+import signal
+import threading
+from dataclasses import dataclass, replace
+from multiprocessing import resource_tracker
+from pathlib import Path
+from typing import Any
+
+from services.common.log import get_logger
+from services.engine_host.containment import Confinement, signal_all
+from services.engine_host.procs import Child
+from services.engine_host.protocol import Exit, SandboxSpec
+from services.engine_host.sandbox import sandbox_main
+
+log = get_logger("engine_host.sandboxes")
+
+
+@dataclass(frozen=True)
+class SandboxSettings:
+    device: str
+    threads: int
+    root: str  # working directories live below this (one per sandbox, removed with it)
+    start_timeout_s: float = 300.0
+    pool: int = 1  # warm sandboxes kept ready
+
+
+_SANDBOX_PIDS: set[int] = set()  # every sandbox this process started and has not closed
+_LAUNCH = threading.Lock()  # a sandbox being launched is registered before anyone looks for strays
+
+
+def stray_children() -> set[int]:
+    """Children of this process that are no sandbox of ours: orphans a sandbox left (we are their
+    subreaper) — never multiprocessing's own helpers."""
+    with _LAUNCH:
+        return _strays()
+
+
+def _strays() -> set[int]:
+    me, ours = os.getpid(), set(_SANDBOX_PIDS)
+    helpers = {getattr(getattr(resource_tracker, "_resource_tracker", None), "_pid", None)}
+    out = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) not in ours and int(entry.name) not in helpers:
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2:].split()[1]) == me:
+                out.add(int(entry.name))
+    return out
+
+
+class Sandbox:
+    _serial = itertools.count()
+
+    def __init__(self, settings: SandboxSettings, label: str) -> None:
+        n = next(self._serial)
+        self.label = label
+        self.work_dir = Path(settings.root) / f"{os.getpid()}-{n}"
+        confinement = Confinement(str(self.work_dir), threads=settings.threads)
+        spec = SandboxSpec(settings.device, settings.threads, confinement, label)
+        self.child = Child(sandbox_main, (spec,), f"sandbox-{label}-{n}")
+        self.measures: dict[str, str] = {}
+        self.model_attached = False
+        self.caches: tuple[Any, ...] = ()  # KV caches the harness allocated for its model (kept alive here)
+        self.frozen = False
+
+    def launch(self) -> None:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        with _LAUNCH:
+            self.child.launch()
+            _SANDBOX_PIDS.add(self.child.pid)
+
+    def wait_ready(self, timeout_s: float) -> None:
+        self.measures = self.child.wait_ready(timeout_s)
+
+    def call(self, command: Any, timeout_s: float) -> Any:
+        return self.child.call(command, timeout_s)
+
+    @property
+    def alive(self) -> bool:
+        return self.child.alive
+
+    def freeze(self) -> None:
+        if not self.frozen and self.child.alive:
+            signal_all(self.child.pid, signal.SIGSTOP, stray_children())
+            self.frozen = True
+
+    def thaw(self) -> None:
+        if self.frozen:
+            signal_all(self.child.pid, signal.SIGCONT, stray_children())
+            self.frozen = False
+
+    def close(self) -> None:
+        """Kill it and whatever it spawned; remove its working directory."""
+        self.thaw()
+        if self.child.alive and self.child.conn is not None:
+            with contextlib.suppress(BrokenPipeError, OSError):
+                self.child.conn.send(Exit())
+        strays = stray_children()
+        if self.child.process is not None:
+            signal_all(self.child.pid, signal.SIGKILL, strays)
+        self.child.kill()
+        _SANDBOX_PIDS.discard(self.child.pid)
+        _reap(strays)
+        shutil.rmtree(self.work_dir, ignore_errors=True)
+
+
+def _reap(strays: set[int]) -> None:
+    """Collect the orphans we adopted and killed (they would stay zombies). Only those: a wait on any
+    child would steal the exit status multiprocessing needs for its own processes."""
+    for pid in strays:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+
+
+class SandboxPool:
+    def __init__(self, settings: SandboxSettings) -> None:
+        self.settings = settings
+        self._ready: list[Sandbox] = []
+        self._starting: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self.measures: dict[str, str] = {}
+        self.started = 0
+        self.last_error = ""
+        self.closing = False
+
+    def _wait(self, box: Sandbox) -> None:
+        try:
+            box.wait_ready(self.settings.start_timeout_s)
+        except Exception as exc:
+            if not self.closing:
+                log.error("sandbox failed to start", error=str(exc)[-2000:])
+            box.close()
+            with self._cond:
+                self.last_error = str(exc)[-2000:]
+                self._starting = [t for t in self._starting if t is not threading.current_thread()]
+                self._cond.notify_all()
+            return
+        with self._cond:
+            self.measures, self.last_error = box.measures, ""
+            self._ready.append(box)
+            self.started += 1
+            self._starting = [t for t in self._starting if t is not threading.current_thread()]
+            self._cond.notify_all()
+
+    def _start_one(self) -> None:
+        """Launch here (the harness's main thread: a sandbox dies with the thread that started it),
+        wait for it to be ready in the background. Called with the lock held."""
+        box = Sandbox(self.settings, "candidate")
+        box.launch()
+        t = threading.Thread(target=self._wait, args=(box,), daemon=True, name="sandbox-start")
+        self._starting.append(t)
+        t.start()
+
+    def fill(self) -> None:
+        """Start sandboxes until `pool` are ready or starting."""
+        with self._cond:
+            for _ in range(max(0, self.settings.pool - len(self._ready) - len(self._starting))):
+                self._start_one()
+
+    def take(self, label: str = "candidate") -> Sandbox:
+        """A ready sandbox of its own for one candidate (waits for one to finish starting)."""
+        with self._cond:
+            while True:
+                while self._ready:
+                    box = self._ready.pop(0)
+                    if box.alive:
+                        box.label = label
+                        return box
+                    box.close()
+                if not self._starting:
+                    if self.last_error:
+                        error, self.last_error = self.last_error, ""
+                        raise RuntimeError(f"sandbox failed to start: {error}")
+                    self._start_one()
+                if not self._cond.wait(self.settings.start_timeout_s):
+                    raise RuntimeError("no sandbox started within the start timeout")
+
+    def spawn(self, label: str) -> Sandbox:
+        """A sandbox outside the pool (the live engine), started now."""
+        box = Sandbox(replace(self.settings), label)
+        box.launch()
+        box.wait_ready(self.settings.start_timeout_s)
+        self.measures = self.measures or box.measures
+        return box
+
+    def close(self) -> None:
+        with self._cond:
+            self.closing = True
+            boxes, self._ready = self._ready, []
+        for box in boxes:
+            box.close()

@@ -1,0 +1,113 @@
+"""The harness's own paths: graphs in Generate/Profile/decode rate, captured-input timing, hangs.
+
+CPU tests run a Harness in-process (its sandboxes are real processes; eager, as production on a CPU);
+the GPU tests check that the same calls go through CUDA graphs there and that a spinning Triton
+kernel is killed by the sandbox timeout while the harness carries on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from services.common.shapes import Shape
+from services.engine_host.cuda_graphs import DecodeGraphs
+from services.engine_host.cuda_graphs import generate as graph_generate
+from services.engine_host.gpu_faults import hanging_triton_rmsnorm
+from services.engine_host.harness_core import Harness
+from services.engine_host.loader import candidate_id
+from services.engine_host.models.llama import build_model, generate, model_args
+from services.engine_host.ops import OpTable
+from services.engine_host.protocol import (
+    Benchmark,
+    CandidateCode,
+    DecodeRate,
+    Generate,
+    HarnessSpec,
+    Install,
+    Profile,
+    Status,
+)
+from services.engine_host.slots import REFERENCES
+from tests.engine_host.candidates import RMSNORM_FAST, source
+
+gpu = pytest.mark.gpu
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+SHAPES = (Shape("decode", 2, 24, 0.6), Shape("prefill", 1, 16, 0.4))
+
+
+def code(op: str, src: str) -> CandidateCode:
+    return CandidateCode(candidate_id(op, src), op, src)
+
+
+@pytest.fixture
+def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
+    device, kw = getattr(request, "param", ("cpu", {}))
+    spec = HarnessSpec(tier="slow", model="llama-tiny", n_layers=None, seed=1, device=device, data_dir=str(tmp_path),
+                       max_batch=4, rounds=2, samples=2, target_sample_s=1e-4, capture_shapes=SHAPES, **kw)
+    with torch.inference_mode():
+        h = Harness(spec, lambda _: None)
+    try:
+        yield h
+    finally:
+        h.close()
+
+
+@torch.inference_mode()
+def test_graph_generate_keeps_logits_and_a_recapture_never_touches_the_prompt() -> None:
+    table = OpTable()
+    model = build_model(model_args("llama-tiny", 2), table, seed=3, max_batch=2, max_seq=48)
+    graphs = DecodeGraphs(model, table, [1, 2])
+    g = torch.Generator().manual_seed(0)
+    first = torch.randint(0, model.args.vocab_size, (1, 5), generator=g)
+    graph_generate(graphs, first, 4)  # leaves the bucket's static position at 7
+    table.swap("rmsnorm", lambda x, w, eps: REFERENCES["rmsnorm"](x, w, eps), "same-but-new")
+    prompt = torch.randint(0, model.args.vocab_size, (1, 20), generator=g)
+    got, logits = graph_generate(graphs, prompt, 6)  # re-captures bucket 1 while the prompt is in the cache
+    want, want_logits = generate(model, prompt, 6)
+    assert graphs.stats.recaptured == [1]
+    assert torch.equal(got, want) and torch.allclose(logits, want_logits, atol=1e-4)
+
+
+def test_the_real_data_tier_times_on_captured_and_random_inputs(harness: Harness) -> None:
+    assert harness.ref_graphs is None  # the CPU stays eager
+    with torch.inference_mode():
+        out = harness.handle(Benchmark(code("rmsnorm", source("rmsnorm", RMSNORM_FAST)), SHAPES))
+        assert out.status == Status.OK, out
+        assert set(out.per_group) == {"captured", "random"} and out.checked_calls >= 2
+        assert any(k.startswith("captured:") for k in out.per_item)
+        rate = harness.handle(DecodeRate(2, steps=2, blocks=1))
+    assert rate.tok_s > 0 and not rate.graphs
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("harness", [("cuda", {"warm_buckets": (1,)})], indirect=True)
+def test_harness_paths_run_through_cuda_graphs(harness: Harness) -> None:
+    with torch.inference_mode():
+        out = harness.handle(Generate((3, 5, 7, 9), 5, return_logits=True))
+        assert out.status == Status.OK and len(out.tokens) == 5
+        ref = harness.handle(Generate((3, 5, 7, 9), 5, reference_only=True, return_logits=True))
+        assert ref.tokens == out.tokens
+        prof = harness.handle(Profile((Shape("decode", 2, 24),)))
+        assert prof.graphs and prof.eager_step_us
+        fast = code("rmsnorm", source("rmsnorm", RMSNORM_FAST))
+        assert harness.handle(Install(fast, warm=True)).status == Status.OK
+        rate = harness.handle(DecodeRate(2, steps=5, blocks=2))
+        assert rate.graphs and rate.tok_s > 0
+        bench = harness.handle(Benchmark(code("rmsnorm", "# other\n" + source("rmsnorm", RMSNORM_FAST)), SHAPES))
+        assert bench.status == Status.OK and "captured" in bench.per_group
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("harness", [("cuda", {"candidate_timeout_s": 10.0})], indirect=True)
+def test_a_spinning_triton_kernel_is_killed_by_the_timeout(harness: Harness) -> None:
+    with torch.inference_mode():
+        out = harness.handle(Benchmark(code("rmsnorm", hanging_triton_rmsnorm()), SHAPES))
+        assert out.status == Status.TIMEOUT, out
+        again = harness.handle(Benchmark(code("rmsnorm", source("rmsnorm", RMSNORM_FAST)), SHAPES))
+    assert again.status == Status.OK  # the harness and its live engine carry on
