@@ -2,27 +2,33 @@
 
 Each is checked against the module's own forward (the reference slots): block outputs, the KV-cache
 rows attn_block writes, the fallbacks for prefill, the stacked-weight cache, and greedy tokens of a
-whole model with both regions installed through the engine's RegionTable.
+whole model with both regions bound as their modules' forward (as the engine's op table installs a
+region: `kernel(module, *args)` in place of the module's forward). The model gets its slots from a
+plain namespace of the references, so these tests do not depend on the engine's table API.
 """
 
 from __future__ import annotations
 
+import types
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import pytest
 import torch
+from torch import nn
 
 from services.agent_pool.library.triton import render
-from services.engine_host.gpu_regions import RegionTable
 from services.engine_host.models.llama import Transformer, build_model, generate, model_args
-from services.engine_host.slots import SlotTable
+from services.engine_host.slots import REFERENCES
 from tests.triton_kernels.conftest import Loader
 
 # relative error of a block output (norm-wise): the interpreter rounds to bfloat16 toward zero at each
 # of the block's roundings, where torch rounds to nearest, so bfloat16 gets a wider bound
 REL = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 4e-2}
 MLP = {"default": {}, "split3": {"UP_SPLIT_K": "3", "DOWN_SPLIT_K": "3", "UP_BLOCK_K": "32", "DOWN_BLOCK_K": "64"},
-       "stacked": {"STACK": "1", "UP_BLOCK_N": "32", "DOWN_BLOCK_N": "8"}}
+       "stacked": {"STACK": "1", "UP_BLOCK_N": "32", "DOWN_BLOCK_N": "8"},
+       "split2-memset": {"DOWN_SPLIT_K": "2", "DOWN_BLOCK_K": "64", "COUNTERS": "0"}}
 ATTN = {"default": {}, "split2": {"QKV_SPLIT_K": "2", "WO_SPLIT_K": "2", "BLOCK_K": "32", "ATTN_BLOCK_N": "16",
                                   "ATTN_SPLITS": "3", "QKV_BLOCK_N": "32"}}
 
@@ -31,7 +37,20 @@ def small_model(dtype: torch.dtype, n_layers: int = 1) -> Transformer:
     # llama-tiny made smaller and odder: 6 query heads over 2 kv heads (GQA 3), I = 200, head dim 16
     args = replace(model_args("llama-tiny", n_layers=n_layers, dtype=str(dtype).removeprefix("torch.")),
                    dim=96, intermediate_size=200, n_heads=6, n_kv_heads=2, head_dim=16, vocab_size=64)
-    return build_model(args, SlotTable(), seed=0, max_batch=4, max_seq=80)
+    return build_model(args, reference_slots(), seed=0, max_batch=4, max_seq=80)  # type: ignore[arg-type]
+
+
+def reference_slots() -> types.SimpleNamespace:
+    """What the model calls its ops through: here every slot on its reference (`attach` for a table
+    API that registers the model with its table)."""
+    return types.SimpleNamespace(**REFERENCES, attach=lambda model: None)
+
+
+def install(model: nn.Module, kind: type[nn.Module], kernel: Callable[..., Any]) -> None:
+    """Bind a region kernel as the forward of every module of its type, as the engine does."""
+    for module in model.modules():
+        if type(module) is kind:
+            module.forward = types.MethodType(lambda mod, *args: kernel(mod, *args), module)
 
 
 def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -122,32 +141,42 @@ def test_greedy_tokens_agree_with_both_regions_installed(load: Loader) -> None:
     model = small_model(torch.float32, n_layers=2)
     prompt = torch.randint(0, 64, (2, 5), generator=torch.Generator().manual_seed(3))
     want_tokens, want_logits = generate(model, prompt, 4)
-    regions = RegionTable(model)
-    regions.install("mlp_block", load(render("mlp_block", MLP["split3"])).kernel, "mlp")
-    regions.install("attn_block", load(render("attn_block", ATTN["split2"])).kernel, "attn")
+    layer = model.layers[0]
+    install(model, type(layer.feed_forward), load(render("mlp_block", MLP["split3"])).kernel)
+    install(model, type(layer.attention), load(render("attn_block", ATTN["split2"])).kernel)
     tokens, logits = generate(model, prompt, 4)
     assert torch.equal(tokens, want_tokens)
     torch.testing.assert_close(logits, want_logits, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.gpu
-def test_regions_in_decode_cuda_graphs_on_gpu(load: Loader) -> None:
-    from services.engine_host.cuda_graphs import DecodeGraphs, prefill
-
-    table = SlotTable()
-    model = build_model(model_args("llama-3.2-1b", n_layers=2), table, seed=0, device="cuda", max_batch=8,
-                        max_seq=256)
+def test_regions_in_a_decode_cuda_graph_on_gpu(load: Loader) -> None:
+    # one decode step of a 2-layer Llama-3.2-1B captured at the last cache position (as the engine's
+    # graphs are) and replayed at a live position: tokens agree with the reference model's
+    model = build_model(model_args("llama-3.2-1b", n_layers=2), reference_slots(), seed=0,  # type: ignore[arg-type]
+                        device="cuda", max_batch=8, max_seq=256)
     prompt = torch.randint(0, model.args.vocab_size, (8, 100), device="cuda")
     with torch.inference_mode():
-        first = prefill(model, table.sample, prompt)
-        ref = DecodeGraphs(model, table, [1, 8])
-        want = [ref.step(first, 100 + i).clone() for i in range(4)]
-        prefill(model, table.sample, prompt)
-        regions = RegionTable(model)
-        regions.install("mlp_block", load(render("mlp_block", {}), interpret=False).kernel, "mlp")
-        regions.install("attn_block", load(render("attn_block", {}), interpret=False).kernel, "attn")
-        graphs = DecodeGraphs(model, table, [1, 8], regions=regions)
-        got = [graphs.step(first, 100 + i).clone() for i in range(4)]
-    assert graphs.stats.replays == 4
-    agree = sum(int(torch.equal(g, w)) for g, w in zip(got, want, strict=True))
-    assert agree >= 3, (got, want)
+        want, _ = generate(model, prompt, 3)
+        layer = model.layers[0]
+        install(model, type(layer.feed_forward), load(render("mlp_block", {}), interpret=False).kernel)
+        install(model, type(layer.attention), load(render("attn_block", {}), interpret=False).kernel)
+        tokens = want[:, :1].clone()
+        pos = torch.tensor([255], device="cuda")
+        step = lambda: model(tokens, pos, kv_len=256)[:, -1].argmax(-1)  # noqa: E731
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            step()  # compile outside the capture
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = step()
+        generate(model.eval(), prompt, 1)  # the prompt's KV rows again (the capture wrote position 255)
+        got = []
+        for i in range(2):
+            pos.fill_(100 + i)
+            graph.replay()
+            got.append(out.clone())
+            tokens.copy_(out.view(-1, 1))
+    assert torch.equal(torch.stack(got, dim=1), want[:, 1:3])

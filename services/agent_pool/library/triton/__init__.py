@@ -128,12 +128,14 @@ def _mlp_block_grid() -> list[dict[str, int]]:
     grid = [dict(UP_BLOCK_N=un, UP_BLOCK_K=512, UP_SPLIT_K=1, DOWN_BLOCK_N=dn, DOWN_SPLIT_K=ds, NUM_STAGES=3)
             for un in (8, 16, 32) for dn in (8, 16) for ds in (1, 2, 4)]
     grid += [dict(STACK=1, UP_BLOCK_N=16, DOWN_BLOCK_N=16, DOWN_SPLIT_K=4)]  # the stacked-weight layout
+    grid += [dict(COUNTERS=0, DOWN_SPLIT_K=4)]  # split-K counters zeroed per call (a memset) instead of kept
     return grid
 
 
 def _attn_block_grid() -> list[dict[str, int]]:
-    return [dict(QKV_BLOCK_N=qn, QKV_SPLIT_K=qs, WO_BLOCK_N=16, WO_SPLIT_K=ws, ATTN_BLOCK_N=ab, PROGRAMS_PER_SM=p)
+    grid = [dict(QKV_BLOCK_N=qn, QKV_SPLIT_K=qs, WO_BLOCK_N=16, WO_SPLIT_K=ws, ATTN_BLOCK_N=ab, PROGRAMS_PER_SM=p)
             for qn in (8, 16) for qs in (1, 2) for ws in (2, 4) for ab in (32, 64) for p in (2, 4)]
+    return [*grid, dict(COUNTERS=0)]
 
 
 GRIDS = {"rmsnorm": _norm_grid, "add_rmsnorm": _norm_grid, "silu_mul": _silu_grid, "linear": _gemv_grid,

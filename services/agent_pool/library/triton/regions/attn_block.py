@@ -7,7 +7,8 @@
    split) serves the whole GQA group, online softmax in float32, positions the mask marks False are
    not read (all-False blocks are skipped with SKIP_DEAD); 3. a kernel combines the splits into [B, Hq*D];
 4. the same GEMV for wo. SPLIT_K > 1 lets several programs share a GEMV output tile; the last to
-   arrive reduces the float32 partials and runs the epilogue.
+   arrive reduces the float32 partials and runs the epilogue (its counters
+live on the module and reset themselves, COUNTERS = 1, so split-K adds no memset to a CUDA graph).
 Anything else (prefill S > 1, more than MAX_M rows, other dtypes) runs the module's own forward
 (`type(module).forward`, which calls whatever the slot table holds). A self-contained candidate: its
 GEMV and attention cores are copies of the `linear` and `attention` templates' (a candidate module
@@ -37,6 +38,7 @@ PROGRAMS_PER_SM = 2  # what ATTN_SPLITS = 0 aims at
 SKIP_DEAD = 1  # 1: a KV block whose mask chunk is all False is skipped (one mask load)
 ATTN_WARPS = 4  # warps per attention program
 ATTN_STAGES = 2  # software-pipelining depth of the KV loop
+COUNTERS = 1  # split-K arrival counters: 1 kept on the module (self-resetting), 0 zeroed per call
 # --- end of launch parameters ---
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -50,7 +52,7 @@ def _check_params() -> None:
     ints = {"MAX_M": (MAX_M, 1, 64), "QKV_SPLIT_K": (QKV_SPLIT_K, 1, 16), "WO_SPLIT_K": (WO_SPLIT_K, 1, 16),
             "GEMV_STAGES": (GEMV_STAGES, 1, 6), "ATTN_SPLITS": (ATTN_SPLITS, 0, 256),
             "PROGRAMS_PER_SM": (PROGRAMS_PER_SM, 1, 32), "SKIP_DEAD": (SKIP_DEAD, 0, 1),
-            "ATTN_STAGES": (ATTN_STAGES, 1, 6)}
+            "ATTN_STAGES": (ATTN_STAGES, 1, 6), "COUNTERS": (COUNTERS, 0, 1)}
     for name, (v, lo, hi) in ints.items():
         if not (isinstance(v, int) and lo <= v <= hi):
             raise ValueError(f"{name} must be in {lo}..{hi}, got {v!r}")
@@ -148,8 +150,22 @@ def _gemv(
         tl.store(Y + rows * stride_ym + offs_n[None, :], acc.to(ty), mask=out_mask)
 
 
-def _gemv_launch(x2: torch.Tensor, w: torch.Tensor, y: torch.Tensor, block_n: int, split_k: int,
-                 rope: tuple | None = None) -> None:
+def _split_counters(module: torch.nn.Module, n_tiles: int, device: torch.device) -> torch.Tensor:
+    """Zeroed int32 arrival counters for a split-K launch. COUNTERS = 1: one buffer kept on the module,
+    allocated once (outside any graph: the eager warm-up call) and left zeroed by every launch (the last
+    program of each tile resets its counter); kernels on one stream run one after another, so the
+    block's GEMVs share it. COUNTERS = 0: a fresh buffer and its memset on every call."""
+    if not COUNTERS:
+        return torch.zeros((n_tiles,), dtype=torch.int32, device=device)
+    held = getattr(module, "polymorph_split_counters", None)
+    if held is None or held.numel() < n_tiles or held.device != device:
+        module.polymorph_split_counters = torch.zeros((max(n_tiles, 8192),), dtype=torch.int32, device=device)
+        held = module.polymorph_split_counters
+    return held
+
+
+def _gemv_launch(module: torch.nn.Module, x2: torch.Tensor, w: torch.Tensor, y: torch.Tensor, block_n: int,
+                 split_k: int, rope: tuple | None = None) -> None:
     m, k = x2.shape
     n = w.shape[0]
     use_dot = m > 1
@@ -165,7 +181,7 @@ def _gemv_launch(x2: torch.Tensor, w: torch.Tensor, y: torch.Tensor, block_n: in
     n_tiles = triton.cdiv(n, block_n)
     if split > 1:
         ws = torch.empty((split, block_m, n), dtype=torch.float32, device=x2.device)
-        cnt = torch.zeros((n_tiles,), dtype=torch.int32, device=x2.device)
+        cnt = _split_counters(module, n_tiles, x2.device)
     else:
         ws, cnt = y, y  # unused
     if rope is None:
@@ -363,9 +379,9 @@ def kernel(module: torch.nn.Module, x: torch.Tensor, freqs_cis: torch.Tensor, ma
         x2 = x2.contiguous()
     q = torch.empty((B, Hq * D), dtype=x.dtype, device=x.device)  # roped q; k and v go to the cache
     rope = (cache.k_cache, cache.v_cache, input_pos, freqs_cis, Hq * D, Hkv * D, D)
-    _gemv_launch(x2, module.wqkv, q, QKV_BLOCK_N, QKV_SPLIT_K, rope)
+    _gemv_launch(module, x2, module.wqkv, q, QKV_BLOCK_N, QKV_SPLIT_K, rope)
     y = torch.empty((B, Hq * D), dtype=x.dtype, device=x.device)
     _attention(q, cache.k_cache[:B, :, :kv_len], cache.v_cache[:B, :, :kv_len], mask, y, Hq)
     out = torch.empty((B, 1, E), dtype=x.dtype, device=x.device)
-    _gemv_launch(y, module.wo, out.view(B, E), WO_BLOCK_N, WO_SPLIT_K)
+    _gemv_launch(module, y, module.wo, out.view(B, E), WO_BLOCK_N, WO_SPLIT_K)
     return out

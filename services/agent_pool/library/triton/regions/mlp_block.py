@@ -5,7 +5,8 @@ weights beside the few activation rows, rounds the two float32 results to the ac
 the two reference projections do), applies SiLU * up in its epilogue and writes only the product:
 the [M, 2I] gate/up activations never reach memory. Kernel 2 is the same GEMV for w2. SPLIT_K > 1
 gives several programs one output tile; the last to arrive (an atomic counter per tile) reduces the
-float32 partials and runs the epilogue. With STACK = 1 the gate and up weights are read from one
+float32 partials and runs the epilogue (its counters
+live on the module and reset themselves, COUNTERS = 1, so split-K adds no memset to a CUDA graph). With STACK = 1 the gate and up weights are read from one
 stacked [2I, E] copy built once per module (kept on the module, keyed on both weights' storage and
 version counters, so a weight refilled in place rebuilds it; never per step). It costs 2 * I * E
 elements per block: 1 GiB for Llama-3.2-1B, 7.5 GiB for Llama-3.1-8B in bfloat16. STACK = 0 reads
@@ -34,6 +35,7 @@ DOWN_SPLIT_K = 4  # w2 kernel: programs sharing one output tile
 NUM_WARPS = 4  # warps per program (both kernels)
 NUM_STAGES = 3  # software-pipelining depth of the K loops
 STACK = 0  # 1: gate and up read from one stacked [2I, E] weight built once per module (memory cost)
+COUNTERS = 1  # split-K arrival counters: 1 kept on the module (self-resetting), 0 zeroed per call
 # --- end of launch parameters ---
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -60,6 +62,8 @@ def _check_params() -> None:
         raise ValueError(f"NUM_STAGES must be in 1..6, got {NUM_STAGES!r}")
     if STACK not in (0, 1):
         raise ValueError(f"STACK must be 0 or 1, got {STACK!r}")
+    if COUNTERS not in (0, 1):
+        raise ValueError(f"COUNTERS must be 0 or 1, got {COUNTERS!r}")
 
 
 _check_params()
@@ -168,7 +172,21 @@ def _gemv(
     tl.store(Y + offs_m.to(tl.int64)[:, None] * stride_ym + offs_n[None, :], y, mask=out_mask)
 
 
-def _launch(x2: torch.Tensor, w: torch.Tensor, wu: torch.Tensor | None, y: torch.Tensor,
+def _split_counters(module: torch.nn.Module, n_tiles: int, device: torch.device) -> torch.Tensor:
+    """Zeroed int32 arrival counters for a split-K launch. COUNTERS = 1: one buffer kept on the module,
+    allocated once (outside any graph: the eager warm-up call) and left zeroed by every launch (the last
+    program of each tile resets its counter); kernels on one stream run one after another, so the
+    block's GEMVs share it. COUNTERS = 0: a fresh buffer and its memset on every call."""
+    if not COUNTERS:
+        return torch.zeros((n_tiles,), dtype=torch.int32, device=device)
+    held = getattr(module, "polymorph_split_counters", None)
+    if held is None or held.numel() < n_tiles or held.device != device:
+        module.polymorph_split_counters = torch.zeros((max(n_tiles, 8192),), dtype=torch.int32, device=device)
+        held = module.polymorph_split_counters
+    return held
+
+
+def _launch(module: torch.nn.Module, x2: torch.Tensor, w: torch.Tensor, wu: torch.Tensor | None, y: torch.Tensor,
             block_n: int, block_k: int, split_k: int) -> None:
     m, k = x2.shape
     n = w.shape[0]
@@ -185,7 +203,7 @@ def _launch(x2: torch.Tensor, w: torch.Tensor, wu: torch.Tensor | None, y: torch
     n_tiles = triton.cdiv(n, block_n)
     if split > 1:
         ws = torch.empty((split, 2, block_m, n), dtype=torch.float32, device=x2.device)
-        cnt = torch.zeros((n_tiles,), dtype=torch.int32, device=x2.device)
+        cnt = _split_counters(module, n_tiles, x2.device)
     else:
         ws, cnt = y, y  # unused
     up = w if wu is None else wu
@@ -230,7 +248,7 @@ def kernel(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
         x2 = x2.contiguous()
     gate_w, up_w = _gate_up(module)
     h = torch.empty((m, w1.shape[0]), dtype=x.dtype, device=x.device)  # silu(gate) * up, [M, I]
-    _launch(x2, gate_w, up_w, h, UP_BLOCK_N, UP_BLOCK_K, UP_SPLIT_K)
+    _launch(module, x2, gate_w, up_w, h, UP_BLOCK_N, UP_BLOCK_K, UP_SPLIT_K)
     y = torch.empty((*x.shape[:-1], E), dtype=x.dtype, device=x.device)
-    _launch(h, w2, None, y.view(m, E), DOWN_BLOCK_N, DOWN_BLOCK_K, DOWN_SPLIT_K)
+    _launch(module, h, w2, None, y.view(m, E), DOWN_BLOCK_N, DOWN_BLOCK_K, DOWN_SPLIT_K)
     return y
