@@ -29,6 +29,7 @@ class SlotSignature:
     # keyed on them can hit; the others (weights, freqs, masks, eps) rotate through a few copies
     fresh: tuple[int, ...] = (0,)
     outputs: int = 1  # tensors the op returns (add_rmsnorm: 2)
+    weights: tuple[int, ...] = ()  # arguments that are the model's nn.Parameters in the live model
 
 
 SLOTS: dict[str, SlotSignature] = {
@@ -37,12 +38,12 @@ SLOTS: dict[str, SlotSignature] = {
         SlotSignature(
             "rmsnorm", ("x", "weight", "eps"),
             "x [B,S,E], weight [E], eps float -> [B,S,E] in x.dtype; "
-            "x * rsqrt(mean(x^2) + eps) * weight, computed in float32", "layer",
+            "x * rsqrt(mean(x^2) + eps) * weight, computed in float32", "layer", weights=(1,),
         ),
         SlotSignature(
             "add_rmsnorm", ("x", "residual", "weight", "eps"),
             "x [B,S,E], residual [B,S,E], weight [E], eps -> (rmsnorm(x + residual) [B,S,E], "
-            "x + residual [B,S,E]); inputs are not modified", "layer", fresh=(0, 1), outputs=2,
+            "x + residual [B,S,E]); inputs are not modified", "layer", fresh=(0, 1), outputs=2, weights=(2,),
         ),
         SlotSignature(
             "rope", ("x", "freqs_cis"),
@@ -61,6 +62,7 @@ SLOTS: dict[str, SlotSignature] = {
         SlotSignature(
             "linear", ("x", "weight"),
             "x [...,K], weight [N,K] -> x @ weight^T [...,N] (every projection and the LM head)", "layer",
+            weights=(1,),
         ),
         SlotSignature(
             "sample", ("logits",),
@@ -93,10 +95,11 @@ class OpSpec:
     params: tuple[str, ...]  # what `kernel(...)` is called with (a region's start with "module")
     fresh: tuple[int, ...]
     outputs: int
+    weights: tuple[int, ...] = ()
 
 
 OPS: dict[str, OpSpec] = {
-    **{s.name: OpSpec(s.name, "slot", s.params, s.fresh, s.outputs) for s in SLOTS.values()},
+    **{s.name: OpSpec(s.name, "slot", s.params, s.fresh, s.outputs, s.weights) for s in SLOTS.values()},
     # region inputs: x is the activation (step: the token ids are; they are redrawn in range)
     **{r: OpSpec(r, "region", params, (0,), 1) for r, params in REGION_PARAMS.items()},
 }

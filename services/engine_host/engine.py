@@ -255,7 +255,8 @@ class Engine:
         if source == InputSource.RANDOM and not shapes:
             shapes = tuple(self.config.default_shapes)
         code = code_of(_with_id(req.candidate)) if req.candidate.source.strip() else None
-        command = RunOp(op, code, source, shapes, req.seed, req.max_inputs, max(req.repeats, 0))
+        command = RunOp(op, code, source, shapes, req.seed, req.max_inputs, max(req.repeats, 0),
+                        max(req.repeats_s, 0.0))
         try:
             out: RunReport = await self._call(target, command)
         except ChildFailure as failure:

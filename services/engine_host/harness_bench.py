@@ -6,8 +6,9 @@ computed here, on the harness's own model, from the harness's private copies of 
 
 from __future__ import annotations
 
+import time
 import zlib
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -22,6 +23,7 @@ from services.engine_host.procs import ChildFailure
 from services.engine_host.protocol import Benchmark as BenchmarkCmd
 from services.engine_host.protocol import (
     BenchmarkReport,
+    Bind,
     Calls,
     CallsDone,
     InputSource,
@@ -177,7 +179,8 @@ def _run_sets(h: Harness, cmd: RunOp) -> list[WorkItem]:
 
 def run_op(h: Harness, cmd: RunOp) -> RunReport:
     """Reference (here) and candidate (its sandbox) on the same inputs, twice, outputs poisoned before
-    each call; then `repeats` more calls per random set on fresh inputs, every one checked here."""
+    each call; then `repeats` more calls in all, spread over the sets, on fresh inputs near each set's
+    values, every one checked here."""
     check_op(cmd.op)
     if cmd.source == InputSource.RANDOM and not cmd.shapes:
         raise ValueError("random inputs need shapes")
@@ -195,17 +198,18 @@ def run_op(h: Harness, cmd: RunOp) -> RunReport:
         h.release(box)
         return RunReport(loaded.status, loaded.error)
     runs: list[OpRun] = []
-    status, error, extra, extra_failure = Status.OK, "", 0, ""
+    status, error = Status.OK, ""
+    repeats = Repeats(cmd.repeats_s)
     try:
         for it in sets:
-            run = _two_calls(session, box, it)
+            run = _two_calls(session, box, it, repeats)
             runs.append(run)
             if run.error and status == Status.OK:
                 status, error = Status.RAISED, f"{it.key}: {run.error}"
-        if status == Status.OK and cmd.repeats > 0:
+        if status == Status.OK and cmd.repeats > 0 and sets:
+            per_set = -(-cmd.repeats // len(sets))  # the total, spread over every set
             for it in sets:
-                extra, extra_failure = _repeat(session, box, it, cmd.repeats, extra)
-                if extra_failure:
+                if not _repeat(session, box, it, per_set, repeats):
                     break
     except ChildFailure as failure:
         h.release(box)
@@ -213,54 +217,77 @@ def run_op(h: Harness, cmd: RunOp) -> RunReport:
     for it in sets:
         if box.alive:
             box.call(Unbind(it.key), h.spec.candidate_timeout_s)
-    return RunReport(status, error, tuple(runs), extra, extra_failure)
+    return RunReport(status, error, tuple(runs), repeats.done, repeats.failure, repeats.out_of_time)
 
 
-def _call_once(session: Session, box: Any, it: WorkItem, bufs: Any) -> tuple[EncodedTensor | None, str]:
+@dataclass
+class Repeats:
+    """The further checked calls of a RunOp: how many ran, the first failure, the time they may take."""
+
+    limit_s: float
+    done: int = 0
+    failure: str = ""
+    out_of_time: bool = False
+    call_s: float = 0.0  # the slowest single call seen: sizes the chunks
+    began: float = field(default_factory=time.perf_counter)
+
+    def chunk(self) -> int:
+        """Calls per round trip: about half a second's worth, at most REPEAT_CHUNK."""
+        return int(max(1, min(REPEAT_CHUNK, 0.5 // max(self.call_s, 1e-6))))
+
+    def left_s(self) -> float:
+        return self.limit_s - (time.perf_counter() - self.began) if self.limit_s > 0 else float("inf")
+
+
+def _call_once(session: Session, box: Any, it: WorkItem, bufs: Any,
+               repeats: Repeats) -> tuple[EncodedTensor | None, str]:
     if it.caches:
         box.call(RestoreCaches(it.caches), session.timeout_s)
     bufs.poison(1)
+    began = time.perf_counter()
     done: CallsDone = box.call(Calls(it.key, ((0, 0),)), session.timeout_s)
+    repeats.call_s = max(repeats.call_s, time.perf_counter() - began)
     if done.error or done.contract:
         return None, done.error or f"output contract: {done.contract}"
     return _encode(tuple(slab[0] for slab in bufs.outputs)), ""
 
 
-def _two_calls(session: Session, box: Any, it: WorkItem) -> OpRun:
-    from services.engine_host.protocol import Bind
-
+def _two_calls(session: Session, box: Any, it: WorkItem, repeats: Repeats) -> OpRun:
     expected = session.reference_out(it, it.bases[0])
     bufs = session.bufs(it, 1)
     box.call(Bind(it.key, it.op, bufs.sets, bufs.outputs, bufs.expect), session.timeout_s)
-    first, error = _call_once(session, box, it, bufs)
+    first, error = _call_once(session, box, it, bufs, repeats)
     second = None
     if not error:
-        second, error = _call_once(session, box, it, bufs)
+        second, error = _call_once(session, box, it, bufs, repeats)
     return OpRun(it.key, _encode(as_outputs(expected)), first, second,
                  inputs_mutated=not bufs.inputs_intact([0]), error=error)
 
 
-def _repeat(session: Session, box: Any, it: WorkItem, repeats: int, done_so_far: int) -> tuple[int, str]:
-    """`repeats` calls on fresh perturbations of the set, REPEAT_CHUNK per round trip, each checked."""
-    from services.engine_host.protocol import Bind
-
+def _repeat(session: Session, box: Any, it: WorkItem, count: int, repeats: Repeats) -> bool:
+    """`count` calls on fresh perturbations of the set, each checked; False once the run must stop."""
     bufs = session.bufs(it, REPEAT_CHUNK)
     box.call(Bind(it.key, it.op, bufs.sets, bufs.outputs, bufs.expect), session.timeout_s)
-    left = repeats
+    left = count
     while left > 0:
-        n = min(left, REPEAT_CHUNK)
+        if repeats.left_s() <= 0:
+            repeats.out_of_time = True
+            return False
+        n = min(left, repeats.chunk())
         bufs.refresh()
         bufs.poison(n)
         if it.caches:
             box.call(RestoreCaches(it.caches), session.timeout_s)
         done: CallsDone = box.call(Calls(it.key, tuple((i, i) for i in range(n))), session.timeout_s)
         if done.error or done.contract:
-            return done_so_far, f"call {done_so_far + 1} on {it.key}: {done.error or done.contract}"
+            repeats.failure = f"call {repeats.done + 1} on {it.key}: {done.error or done.contract}"
+            return False
         idx, gathered = bufs.gather(n)
         try:
             session.verify(it, bufs, n, idx, gathered, every=True)
         except CandidateFailed as failed:
-            return done_so_far + n, f"within calls {done_so_far + 1}-{done_so_far + n}: {failed.reason}"
-        done_so_far += n
+            repeats.failure = f"within calls {repeats.done + 1}-{repeats.done + n}: {failed.reason}"
+            return False
+        repeats.done += n
         left -= n
-    return done_so_far, ""
+    return True

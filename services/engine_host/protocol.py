@@ -74,7 +74,8 @@ class RunOp:
     shapes: tuple[Shape, ...] = ()
     seed: int = 0
     max_inputs: int = 0  # 0: all
-    repeats: int = 1  # calls of the candidate on fresh inputs per input set beyond the recorded two
+    repeats: int = 0  # further calls in all, spread over the sets, on fresh inputs, each checked here
+    repeats_s: float = 0.0  # stop the repeats after this long (0: no limit)
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,7 @@ class SwapReport:
     swap_s: float = 0.0
     load_s: float = 0.0
     jit_s: float = 0.0
+    backend: str = ""  # what the (last) loaded candidate declares: its first call may compile
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,7 @@ class RunReport:
     runs: tuple[OpRun, ...] = ()
     extra_calls: int = 0  # further calls on fresh inputs, each checked in the harness
     extra_failure: str = ""  # the first of those that failed ("" when all passed)
+    extra_stopped_by_time: bool = False
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,8 @@ def timing(stats: TimingStats) -> ev.Timing:
 
 def run_slot_reply(slot: str, result: RunReport) -> es.RunSlotReply:
     reply = es.RunSlotReply(slot=slot, status=RUN_STATUS[result.status], error=result.error,
-                            extra_calls=result.extra_calls, extra_failure=result.extra_failure)
+                            extra_calls=result.extra_calls, extra_failure=result.extra_failure,
+                            extra_stopped_by_time=result.extra_stopped_by_time)
     for run in result.runs:
         slot_run = es.SlotRun(input_id=run.input_id, inputs_mutated=run.inputs_mutated, error=run.error)
         for field in ("reference", "first", "second"):

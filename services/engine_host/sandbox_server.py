@@ -10,11 +10,12 @@ that rewrites this code only changes what its own outputs look like.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from services.common.slot_specs import OPS
 from services.engine_host import capture
@@ -87,7 +88,7 @@ class SandboxServer:
 
     # -- candidates ---------------------------------------------------------------------------
     def load(self, cmd: Load) -> SwapReport:
-        began, last = time.perf_counter(), None
+        began, last, backend = time.perf_counter(), None, ""
         for cand in cmd.candidates:
             try:
                 loaded = load_candidate(cand.source, cand.op, self.kernels_dir, cand.candidate_id)
@@ -96,9 +97,10 @@ class SandboxServer:
             except BaseException as exc:  # SystemExit or worse at import: still only a load error
                 return SwapReport(Status.LOAD_ERROR, f"{cand.candidate_id}: import failed: {error_line(exc)}")
             last = self.table.swap(cand.op, loaded.kernel, loaded.candidate_id)
+            backend = loaded.backend
         ids = ",".join(c.candidate_id for c in cmd.candidates)
         return SwapReport(Status.OK, previous_id=last or "", installed_id=ids,
-                          load_s=time.perf_counter() - began, swap_s=time.perf_counter() - began)
+                          load_s=time.perf_counter() - began, swap_s=time.perf_counter() - began, backend=backend)
 
     def install(self, cmd: Install) -> SwapReport:
         report = self.load(Load((cmd.candidate,)))
@@ -133,7 +135,12 @@ class SandboxServer:
     def bind(self, cmd: Bind) -> None:
         if cmd.op not in OPS:
             raise KeyError(f"unknown op {cmd.op!r}")
-        self.items[cmd.item] = cmd
+        # the arguments that are nn.Parameters in the live model arrive as Parameters here too (the
+        # same storage): a kernel cannot tell a checked call from the model's by the tensor's kind
+        weights = OPS[cmd.op].weights
+        inputs = tuple(tuple(nn.Parameter(a, requires_grad=False) if j in weights and isinstance(a, Tensor) else a
+                             for j, a in enumerate(args)) for args in cmd.inputs)
+        self.items[cmd.item] = replace(cmd, inputs=inputs)
 
     def unbind(self, cmd: Unbind) -> None:
         self.items.pop(cmd.item, None)

@@ -23,10 +23,11 @@ from typing import Any
 from services.common.log import get_logger
 from services.engine_host.containment import Confinement, signal_all
 from services.engine_host.procs import Child
-from services.engine_host.protocol import Exit, SandboxSpec
+from services.engine_host.protocol import Calls, Exit, SandboxSpec
 from services.engine_host.sandbox import sandbox_main
 
 log = get_logger("engine_host.sandboxes")
+JIT_TIMEOUT_S = 180.0
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class Sandbox:
         self.child = Child(sandbox_main, (spec,), f"sandbox-{label}-{n}")
         self.measures: dict[str, str] = {}
         self.model_attached = False
+        self.jit_pending = False  # the next Calls may JIT-compile the kernel (Triton, torch.compile)
         self.caches: tuple[Any, ...] = ()  # KV caches the harness allocated for its model (kept alive here)
         self.frozen = False
 
@@ -89,6 +91,11 @@ class Sandbox:
         self.measures = self.child.wait_ready(timeout_s)
 
     def call(self, command: Any, timeout_s: float) -> Any:
+        if isinstance(command, Calls) and self.jit_pending:
+            # its first call compiles (a cold torch.compile takes ~20 s on a CPU): a longer allowance,
+            # once; the backend is the candidate's own word, so lying only changes how long its hang lasts
+            self.jit_pending = False
+            timeout_s = max(timeout_s, JIT_TIMEOUT_S)
         return self.child.call(command, timeout_s)
 
     @property

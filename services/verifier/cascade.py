@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 
 from proto.gen.polymorph.v1 import engine_service_pb2 as es
 from proto.gen.polymorph.v1 import events_pb2 as ev
-from services.verifier.config import RandomShape, VerifierConfig
+from services.common.shapes import Shape
+from services.verifier.config import DEFAULT_RANDOM_SHAPES, VerifierConfig, parse_shapes
 from services.verifier.correctness import (
     EngineProtocolError,
+    check_extra_calls,
     check_outputs,
     failed,
     load_check,
@@ -36,14 +38,31 @@ _PHASES = {"decode": ev.PHASE_DECODE, "prefill": ev.PHASE_PREFILL}
 class CascadeSettings:
     e2e_steps: int = 8
     e2e_prompts: int = 3
-    random_shapes: tuple[RandomShape, ...] = (RandomShape("decode", 3, 37), RandomShape("prefill", 1, 61))
+    random_shapes: tuple[Shape, ...] = parse_shapes(DEFAULT_RANDOM_SHAPES)
     max_captured: int = 0
     input_dtype: str = "float32"
+    extra_calls: int = 6000
+    extra_s: float = 60.0  # a slow kernel (the CPU's Triton interpreter) gets as many as fit in this
 
     @classmethod
     def from_config(cls, config: VerifierConfig) -> CascadeSettings:
         return cls(config.e2e_steps, config.e2e_prompts, config.random_shapes, config.max_captured,
-                   config.input_dtype)
+                   config.input_dtype, config.extra_calls, config.extra_s)
+
+
+def random_stage_shapes(candidate: ev.Candidate, settings: CascadeSettings) -> list[Shape]:
+    """Odd and oversized shapes, the campaign's own traffic shapes, and that traffic's extremes (its
+    largest batch at its longest context, its longest prefill): where a shortcut would break."""
+    traffic = [Shape("prefill" if b.phase == ev.PHASE_PREFILL else "decode", max(b.batch_size, 1),
+                     max(b.context_len, 1)) for b in candidate.shapes]
+    shapes = list(settings.random_shapes) + traffic
+    decode = [s for s in traffic if s.phase == "decode"]
+    prefill = [s for s in traffic if s.phase == "prefill"]
+    if decode:
+        shapes.append(Shape("decode", max(s.batch for s in decode), max(s.context for s in decode)))
+    if prefill:
+        shapes.append(Shape("prefill", 1, max(s.context for s in prefill)))
+    return list(dict.fromkeys(shapes))
 
 
 @dataclass
@@ -107,14 +126,22 @@ async def _dynamic_stages(outcome: Outcome, candidate: ev.Candidate, engine: Eng
         return
     if not await _judge(outcome, "captured", captured):
         return
+    shapes = random_stage_shapes(candidate, settings)
     random_reply = await engine.run_slot(es.RunSlotRequest(
         candidate=candidate, tier=es.TIER_SLOW, source=es.INPUT_SOURCE_RANDOM, seed=seed,
         shapes=[ev.ShapeBucket(phase=_PHASES[s.phase], batch_size=s.batch, context_len=s.context, weight=1.0)
-                for s in settings.random_shapes],
+                for s in shapes], repeats=settings.extra_calls, repeats_s=settings.extra_s,
     ))
-    if not await _judge(outcome, "random", random_reply, note=f"seed {seed}, shapes "
-                        + " ".join(str(s) for s in settings.random_shapes) + ": "):
+    note = f"seed {seed}, shapes {' '.join(str(s) for s in shapes)}: "
+    if not await _judge(outcome, "random", random_reply, note=note):
         return
+    extra = check_extra_calls("random", random_reply, settings.extra_calls)
+    if extra is not None:
+        extra.detail = note + extra.detail
+        outcome.add(extra)
+        return
+    cut = " (the time limit cut them short: a slow kernel)" if random_reply.extra_stopped_by_time else ""
+    outcome.checks[-1].detail += f"; {random_reply.extra_calls} further calls on fresh inputs passed{cut}"
     runs = [*captured.runs, *random_reply.runs]
     if not outcome.add(await asyncio.to_thread(check_outputs, "race", runs, "second")):
         return

@@ -6,35 +6,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.common.config import CommonSettings, ConfigError, Env
+from services.common.shapes import Shape, ShapeError
+from services.common.shapes import parse_shapes as common_parse_shapes
 
-# Odd shapes on purpose: a kernel hard-coded for the benchmark shape (or for powers of two) fails.
-DEFAULT_RANDOM_SHAPES = "decode:3x37,prefill:1x61"
-_PHASES = ("decode", "prefill")
-
-
-@dataclass(frozen=True)
-class RandomShape:
-    phase: str  # decode or prefill
-    batch: int
-    context: int
-
-    def __str__(self) -> str:
-        return f"{self.phase}:{self.batch}x{self.context}"
+# Odd shapes on purpose (a kernel hard-coded for the benchmark shape or for powers of two fails), and
+# sizes past what a shortcut would cover: batch 8, context 411, prefills of 2 x 300 rows.
+DEFAULT_RANDOM_SHAPES = "decode:3x37,prefill:1x61,decode:8x411,prefill:2x300"
 
 
-def parse_shapes(text: str) -> tuple[RandomShape, ...]:
-    """'decode:3x37,prefill:1x61' → shapes; raises ConfigError with the bad item."""
-    shapes = []
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        try:
-            phase, dims = item.split(":")
-            batch, context = (int(v) for v in dims.lower().split("x"))
-        except ValueError as exc:
-            raise ConfigError(f"random shape {item!r} is not phase:BATCHxCONTEXT") from exc
-        if phase not in _PHASES or batch < 1 or context < 1:
-            raise ConfigError(f"random shape {item!r}: phase must be decode/prefill, sizes ≥ 1")
-        shapes.append(RandomShape(phase, batch, context))
-    return tuple(shapes)
+def parse_shapes(text: str) -> tuple[Shape, ...]:
+    """'decode:3x37,prefill:1x61' → shapes; ConfigError names the bad item."""
+    try:
+        return common_parse_shapes(text)
+    except ShapeError as exc:
+        raise ConfigError(f"random shapes: {exc}") from exc
 
 
 @dataclass(frozen=True)
@@ -44,7 +29,9 @@ class VerifierConfig:
     engine_address: str | None  # fixed host:port; None → engine.discover
     e2e_steps: int
     e2e_prompts: int
-    random_shapes: tuple[RandomShape, ...]
+    random_shapes: tuple[Shape, ...]
+    extra_calls: int  # further calls on fresh inputs in the random stage, each checked by the engine
+    extra_s: float  # ... for at most this long
     max_captured: int  # captured input sets per slot, 0 = all the engine holds
     input_dtype: str  # the slot inputs' dtype, for the static precision-downgrade rule
     min_speedup_lo: float  # verify only benchmarks whose lower bound beats this
@@ -62,6 +49,8 @@ class VerifierConfig:
             e2e_steps=env.int("VERIFIER_E2E_STEPS", 8),
             e2e_prompts=env.int("VERIFIER_E2E_PROMPTS", 3),
             random_shapes=parse_shapes(env.str("VERIFIER_RANDOM_SHAPES", DEFAULT_RANDOM_SHAPES)),
+            extra_calls=env.int("VERIFIER_EXTRA_CALLS", 6000),
+            extra_s=env.float("VERIFIER_EXTRA_S", 60.0),
             max_captured=env.int("VERIFIER_MAX_CAPTURED", 0),
             input_dtype=env.str("VERIFIER_INPUT_DTYPE", "float32"),
             min_speedup_lo=env.float("VERIFIER_MIN_SPEEDUP_LO", 1.0),

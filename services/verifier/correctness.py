@@ -16,8 +16,9 @@ from services.verifier.compare import Comparison, compare_protos, is_empty
 _STATUS_REASON = {
     es.RUN_STATUS_LOAD_ERROR: "did not load",
     es.RUN_STATUS_RAISED: "kernel raised",
-    es.RUN_STATUS_CRASHED: "worker crashed running the kernel",
+    es.RUN_STATUS_CRASHED: "the kernel's sandbox crashed running it",
     es.RUN_STATUS_TIMEOUT: "kernel hung past the engine's timeout",
+    es.RUN_STATUS_WRONG_OUTPUT: "the engine's own checks failed the output",
 }
 
 
@@ -42,6 +43,15 @@ def load_check(reply: es.RunSlotReply) -> ev.CheckResult:
     if reply.status == es.RUN_STATUS_LOAD_ERROR:
         return failed("load", status_failure(reply.status, reply.error) or "did not load")
     return ev.CheckResult(stage="load", passed=True, detail=f"loaded for slot {reply.slot or '?'}")
+
+
+def check_extra_calls(stage: str, reply: es.RunSlotReply, wanted: int) -> ev.CheckResult | None:
+    """The repeated calls on fresh inputs the engine checked itself: None when they all passed."""
+    if reply.extra_failure:
+        return failed(stage, f"after {reply.extra_calls} further calls on fresh inputs: {reply.extra_failure}")
+    if reply.extra_calls < wanted and not reply.extra_stopped_by_time:
+        return failed(stage, f"the engine ran {reply.extra_calls} of the {wanted} further calls asked for")
+    return None
 
 
 def check_outputs(stage: str, runs: Iterable[es.SlotRun], field: str = "first") -> ev.CheckResult:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from services.common.slot_specs import BACKENDS, SLOTS
+from services.common.slot_specs import BACKENDS, OPS
 from services.verifier import static_rules as rules
 
 
@@ -64,15 +64,17 @@ def _module_constant(tree: ast.Module, name: str) -> tuple[int, object] | None:
 
 def _structure(tree: ast.Module, slot: str, backend: str) -> list[Finding]:
     out: list[Finding] = []
-    if slot not in SLOTS:
-        out.append(Finding(1, f"unknown slot {slot!r}; known: {', '.join(SLOTS)}"))
-    slot_def = _module_constant(tree, "SLOT")
+    if slot not in OPS:
+        out.append(Finding(1, f"unknown slot or region {slot!r}; known: {', '.join(OPS)}"))
+    word = "REGION" if slot in OPS and OPS[slot].kind == "region" else "SLOT"
+    slot_def = _module_constant(tree, word)
     if slot_def is None:
-        out.append(Finding(1, "module does not define SLOT"))
+        out.append(Finding(1, f"module does not define {word}"))
     elif not isinstance(slot_def[1], str):
-        out.append(Finding(slot_def[0], "SLOT must be assigned a string literal"))
+        out.append(Finding(slot_def[0], f"{word} must be assigned a string literal"))
     elif slot_def[1] != slot:
-        out.append(Finding(slot_def[0], f"SLOT = {slot_def[1]!r} but the candidate is for slot {slot!r}"))
+        out.append(Finding(slot_def[0], f"{word} = {slot_def[1]!r} but the candidate is for "
+                                        f"{word.lower()} {slot!r}"))
     backend_def = _module_constant(tree, "BACKEND")
     if backend_def is None:
         out.append(Finding(1, "module does not define BACKEND"))
@@ -99,9 +101,9 @@ def _kernel_entry(tree: ast.Module, slot: str) -> list[Finding]:
         return [Finding(1, "module does not define kernel(...) at top level")]
     if isinstance(entry, ast.AsyncFunctionDef):
         return [Finding(entry.lineno, "kernel must be a plain function, not async")]
-    if not isinstance(entry, ast.FunctionDef) or slot not in SLOTS:
+    if not isinstance(entry, ast.FunctionDef) or slot not in OPS:
         return []
-    params = SLOTS[slot].params
+    params = OPS[slot].params
     args = entry.args
     positional = [*args.posonlyargs, *args.args]
     required = len(positional) - len(args.defaults)

@@ -84,21 +84,21 @@ TIMING_NAMES: dict[str, str] = {
     )},
 }
 
-# Canonical dtype and bits per name; a cast below the slot input's precision is a downgrade.
+# Canonical dtype and bits per name; a cast below the slot input's precision is a downgrade. Plain
+# integer types are not listed: an integer mask or index (argmax of a uint8 mask) is honest, and an
+# integer quantisation of values is caught by the numeric checks anyway.
 _LOW_PRECISION: dict[str, tuple[str, int]] = {
     "float16": ("float16", 16), "half": ("float16", 16), "HalfTensor": ("float16", 16),
     "bfloat16": ("bfloat16", 16), "BFloat16Tensor": ("bfloat16", 16),
     **{n: (n, 8) for n in (
         "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
-        "float8e4nv", "float8e5", "float8e4b15", "float8e4b8", "float8e5b16", "int8", "uint8", "qint8",
-        "quint8",
+        "float8e4nv", "float8e5", "float8e4b15", "float8e4b8", "float8e5b16", "qint8", "quint8",
     )},
-    "CharTensor": ("int8", 8), "ByteTensor": ("uint8", 8),
-    **{n: (n, 4) for n in ("int4", "uint4", "quint4x2", "float4_e2m1fn_x2")},
+    **{n: (n, 4) for n in ("quint4x2", "float4_e2m1fn_x2")},
 }
 # Tensor methods that cast by themselves.
 _LOW_PRECISION_METHODS: dict[str, tuple[str, int]] = {
-    "half": ("float16", 16), "bfloat16": ("bfloat16", 16), "char": ("int8", 8), "byte": ("uint8", 8),
+    "half": ("float16", 16), "bfloat16": ("bfloat16", 16),
 }
 _INPUT_BITS = {"float64": 64, "float32": 32, "bfloat16": 16, "float16": 16}
 _DTYPE_MODULES = ("torch", "torch.cuda", "triton.language")

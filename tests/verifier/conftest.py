@@ -1,7 +1,8 @@
-"""A real slow-tier engine host for stages 2-4: `python -m services.engine_host` on its own nats-server.
+"""A real engine host for the benchmark and stages 2-4: `python -m services.engine_host` on its own
+nats-server, both tiers (the fast one benchmarks, the slow one verifies).
 
-One engine for the whole session (starting it is the expensive part). It runs only the slow tier and does
-not consume candidates.proposed, so the verifier is the only thing driving it.
+One engine for the whole session (starting it is the expensive part). It does not consume
+candidates.proposed, so the tests are the only thing driving it.
 """
 
 from __future__ import annotations
@@ -38,7 +39,11 @@ def engine_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineHost
         "POLYMORPH_NATS_URL": url,
         "POLYMORPH_DATA_DIR": str(root / "data"),
         "POLYMORPH_MODEL": MODEL,
-        "POLYMORPH_ENGINE_TIERS": "slow",
+        "POLYMORPH_ENGINE_TIERS": "fast,slow",
+        "POLYMORPH_ENGINE_ROUNDS": "4",
+        "POLYMORPH_ENGINE_SAMPLES": "3",
+        "POLYMORPH_ENGINE_SAMPLE_S": "0.0005",
+        "POLYMORPH_ENGINE_DEFAULT_SHAPES": "decode:1:64:0.6,decode:4:96:0.4",
         "POLYMORPH_ENGINE_CONSUME": "false",
         "POLYMORPH_ENGINE_CANDIDATE_TIMEOUT_S": str(CANDIDATE_TIMEOUT_S),
         "POLYMORPH_LOG_LEVEL": "warning",

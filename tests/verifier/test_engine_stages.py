@@ -1,8 +1,11 @@
-"""Stages 2-4 against a real slow-tier engine host over gRPC (llama-tiny on CPU).
+"""The whole adversarial suite and every honest rewrite through the engine's real paths (llama-tiny on
+the CPU): the fast tier's benchmark, then the verifier's cascade against the slow tier, then the
+registry's promotion policy — the path a candidate takes through the loop, minus the bus.
 
-An honest faster kernel passes every stage; every adversarial candidate that gets past the static
-checks fails at the stage its file names; the engine stages also catch several static-only cheats on
-their own (defence in depth); a worker crash or hang is a FAILED verdict, not a retry.
+The static (AST) checks are switched OFF here: each cheat must fail at its `dynamic` stage (or be
+measured at its honest speed, so that the policy never promotes it) through isolation and measurement
+alone. That its `expect` stage is `static` with the checks on is test_static_checks.py's business.
+Every honest rewrite must pass every stage.
 """
 
 from __future__ import annotations
@@ -11,19 +14,58 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from proto.gen.polymorph.v1 import engine_service_pb2 as es
+from proto.gen.polymorph.v1 import events_pb2 as ev
+from services.registry.policy import BenchFacts, decide_promotion
 from services.verifier.cascade import STAGES, CascadeSettings, run_cascade, run_dynamic_stages
 from services.verifier.engine_client import EngineClient, EngineUnavailable
-from tests.verifier.adversarial_cases import CASES, DYNAMIC_CASES, HONEST_RMSNORM
+from tests.verifier.adversarial_cases import CANARY, CASES, HONEST_CASES, HONEST_RMSNORM, Case
 from tests.verifier.helpers import MODEL, EngineHost, candidate
 
-SETTINGS = CascadeSettings(e2e_steps=8, e2e_prompts=3)
+SETTINGS = CascadeSettings(e2e_steps=8, e2e_prompts=2, extra_calls=3000, extra_s=15.0)
+SHAPES = [ev.ShapeBucket(phase=ev.PHASE_DECODE, batch_size=1, context_len=64, weight=0.6),
+          ev.ShapeBucket(phase=ev.PHASE_DECODE, batch_size=4, context_len=96, weight=0.4)]
 
 
 @pytest.fixture
 async def engine(engine_host: EngineHost) -> AsyncIterator[EngineClient]:
-    client = EngineClient(None, MODEL, address=engine_host.address, rpc_timeout_s=120)
+    client = EngineClient(None, MODEL, address=engine_host.address, rpc_timeout_s=300)
     yield client
     await client.close()
+
+
+async def first_failure(engine: EngineClient, case: Case, seed: int) -> tuple[str, str]:
+    """(stage, reason): where the loop stops this candidate with the static checks off, or
+    'not_promoted' / 'promoted' when it passes every check."""
+    cand = candidate(case.source, slot=case.op)
+    cand.shapes.extend(SHAPES)
+    stub = await engine.stub()
+    bench = await stub.Benchmark(es.BenchmarkRequest(candidate=cand, tier=es.TIER_FAST, shapes=SHAPES, rounds=4),
+                                 timeout=300)
+    if bench.status == ev.BENCH_STATUS_LOAD_ERROR:
+        return "load", bench.reason
+    if bench.status != ev.BENCH_STATUS_OK:
+        return "benchmark", f"{ev.BenchStatus.Name(bench.status)}: {bench.reason}"
+    outcome = await run_dynamic_stages(cand, engine, SETTINGS, seed)
+    if outcome.failure is not None:
+        return outcome.failure.stage, outcome.reason
+    facts = BenchFacts("ok", bench.speedup, bench.speedup_lo, bench.speedup_vs_reference, bench.incumbent_id)
+    decision = decide_promotion(cand.candidate_id, "passed", facts, None)
+    return ("promoted" if decision.promote else "not_promoted"), decision.reason
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+async def test_every_cheat_fails_or_is_never_promoted_without_static_checks(engine: EngineClient, case: Case) -> None:
+    stage, reason = await first_failure(engine, case, seed=977)
+    assert stage != "promoted", f"{case.name} would be promoted: {reason}"
+    assert stage == case.dynamic, f"{case.name}: stopped at {stage} ({reason}), expected {case.dynamic}"
+    assert not CANARY.exists(), "a candidate wrote into the repository"
+
+
+@pytest.mark.parametrize("case", HONEST_CASES, ids=lambda c: c.name)
+async def test_no_honest_rewrite_is_rejected(engine: EngineClient, case: Case) -> None:
+    stage, reason = await first_failure(engine, case, seed=4242)
+    assert stage in ("promoted", "not_promoted"), f"{case.name} rejected at {stage}: {reason}"
 
 
 async def test_honest_faster_kernel_passes_every_stage(engine: EngineClient) -> None:
@@ -33,33 +75,8 @@ async def test_honest_faster_kernel_passes_every_stage(engine: EngineClient) -> 
     by_stage = {c.stage: c for c in outcome.checks}
     assert by_stage["captured"].rel_err < 1e-5
     assert "seed 4242" in by_stage["random"].detail and "decode:3x37" in by_stage["random"].detail
-    assert "3 prompts x 8 greedy steps: tokens agree" in by_stage["end_to_end"].detail
-
-
-@pytest.mark.parametrize("case", DYNAMIC_CASES, ids=lambda c: c.name)
-async def test_adversarial_candidate_fails_at_its_stage(engine: EngineClient, case) -> None:
-    outcome = await run_cascade(candidate(case.source), engine, SETTINGS, seed=977)
-    assert not outcome.passed
-    assert outcome.failure is not None
-    assert outcome.failure.stage == case.expect, outcome.reason
-    stages = [c.stage for c in outcome.checks]
-    assert stages == list(STAGES[: STAGES.index(case.expect) + 1])  # stopped at the first failure
-
-
-@pytest.mark.parametrize(("name", "expected"), [
-    ("result_reuse_cache", "captured"),  # the cache serves the second captured input
-    ("result_reuse_global", "captured"),
-    ("precision_half", "captured"),  # float16 compute misses the float32 budget
-    ("crash_ctypes", "captured"),  # segfaults the worker: CRASHED, worker restarted
-])
-async def test_engine_stages_catch_static_cheats_too(engine: EngineClient, name: str, expected: str) -> None:
-    source = next(c.source for c in CASES if c.name == name)
-    outcome = await run_dynamic_stages(candidate(source), engine, SETTINGS, seed=31)
-    assert outcome.failure is not None and outcome.failure.stage == expected, outcome.reason
-    if name == "crash_ctypes":
-        assert "crashed" in outcome.reason and "worker restarted" in outcome.reason
-    # the engine is still serving (and a restarted worker still verifies honest kernels)
-    assert (await run_cascade(candidate(HONEST_RMSNORM), engine, SETTINGS, seed=5)).passed
+    assert "3000 further calls on fresh inputs passed" in by_stage["random"].detail
+    assert "2 prompts x 8 greedy steps: tokens agree" in by_stage["end_to_end"].detail
 
 
 async def test_other_slots_and_load_errors(engine: EngineClient) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from services.verifier.static_checks import check_source
-from tests.verifier.adversarial_cases import DYNAMIC_CASES, HONEST_RMSNORM, STATIC_CASES
+from tests.verifier.adversarial_cases import DYNAMIC_CASES, HONEST_CASES, HONEST_RMSNORM, STATIC_CASES
 
 HEADER = 'import torch\nimport torch.nn.functional as F\n\nSLOT = "rmsnorm"\nBACKEND = "torch"\n'
 # HEADER is 5 lines: a body's first line is line 6.
@@ -73,15 +73,15 @@ def test_honest_kernels_pass(source: str, slot: str, backend: str) -> None:
 
 @pytest.mark.parametrize("case", STATIC_CASES, ids=lambda c: c.name)
 def test_adversarial_static_cases_fail_statically(case) -> None:
-    report = check_source(case.source, "rmsnorm", "torch")
+    report = check_source(case.source, case.op, "")
     assert not report.passed
     assert report.detail().startswith("line ")
 
 
-@pytest.mark.parametrize("case", DYNAMIC_CASES, ids=lambda c: c.name)
-def test_dynamic_cases_get_past_static(case) -> None:
+@pytest.mark.parametrize("case", DYNAMIC_CASES + HONEST_CASES, ids=lambda c: c.name)
+def test_dynamic_cases_and_honest_rewrites_get_past_static(case) -> None:
     # They must reach the engine stages: the static checks are not what catches them.
-    report = check_source(case.source, "rmsnorm", "torch")
+    report = check_source(case.source, case.op, "")
     assert report.passed, report.detail()
 
 
@@ -118,7 +118,7 @@ def test_dynamic_cases_get_past_static(case) -> None:
     (K + "    with torch.autocast('cpu'):\n        return x\n", "line 7: uses torch.autocast"),
     (K + "    return x.to(torch.bfloat16)\n", "line 7: precision downgrade: casts to bfloat16"),
     (K + "    return x.half()\n", "line 7: precision downgrade: .half()"),
-    (K + "    return torch.zeros(3, dtype=torch.int8)\n", "casts to int8"),
+    (K + "    return torch.zeros(3, dtype=torch.float16)\n", "casts to float16"),
     ("_N = []\n" + K + "    _N.append(1)\n    return x\n", "line 8: mutates module-level state '_N'"),
     ("_B = torch.zeros(3)\n" + K + "    _B.copy_(x)\n    return x\n", "line 8: mutates module-level"),
     ("_B = torch.zeros(3)\ndef kernel(x, weight, eps):\n    return torch.mul(x, 2, out=_B)\n",
@@ -146,13 +146,15 @@ def test_precision_rule_follows_the_slot_input_dtype() -> None:
     assert "casts to float8_e4m3fn" in findings(fp8, dtype="bfloat16")
 
 
-def test_casting_a_boolean_mask_to_a_small_integer_is_not_a_downgrade() -> None:
+def test_casting_to_a_small_integer_is_left_to_the_numeric_checks() -> None:
+    # a named boolean mask cast to uint8 is honest (argmax of the mask); integer quantisation of values
+    # is caught where it matters: outputs outside the tolerance
     mask = 'SLOT = "sample"\nBACKEND = "torch"\nimport torch\n\n\ndef kernel(logits):\n' \
-           "    hit = (logits == logits.amax(-1, keepdim=True)).to(torch.uint8)\n" \
-           "    return (hit + torch.isnan(logits).to(torch.int8)).argmax(-1)\n"
+           "    hit = logits == logits.amax(-1, keepdim=True)\n" \
+           "    return (hit.to(torch.uint8) + torch.isnan(logits).to(torch.int8)).argmax(-1)\n"
     assert check_source(mask, "sample", "torch").passed
-    values = mask.replace("(logits == logits.amax(-1, keepdim=True))", "logits")
-    assert "line 7: precision downgrade: casts to uint8" in check_source(values, "sample", "torch").detail()
+    halved = mask.replace("hit.to(torch.uint8)", "logits.half()")
+    assert "line 8: precision downgrade: .half()" in check_source(halved, "sample", "torch").detail()
 
 
 @pytest.mark.parametrize(("source", "expected"), [
@@ -173,7 +175,7 @@ def test_module_structure(source: str, expected: str) -> None:
 
 def test_backend_must_match_the_candidate_and_slot_must_be_known() -> None:
     assert "but the candidate says 'triton'" in check_source(HONEST_RMSNORM, "rmsnorm", "triton").detail()
-    assert "unknown slot 'layernorm'" in check_source(HONEST_RMSNORM, "layernorm", "torch").detail()
+    assert "unknown slot or region 'layernorm'" in check_source(HONEST_RMSNORM, "layernorm", "torch").detail()
 
 
 def test_locals_shadowing_module_names_are_not_state() -> None:

@@ -21,8 +21,6 @@ from __future__ import annotations
 import ast
 import importlib.util
 import math
-import re
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -33,15 +31,18 @@ from torch import Tensor, nn
 
 from services.common.slot_specs import BACKENDS, REGION_PARAMS, REGIONS, SLOTS
 from services.engine_host.models.llama import FeedForward, model_args, precompute_freqs_cis
-from services.engine_host.slots import REFERENCES, SlotTable
+from services.engine_host.ops import OpTable
+from services.engine_host.slots import REFERENCES
+from tests.verifier.adversarial_cases import (
+    ALL_PATHS,
+    CANARY,
+    CHEAT_PATHS,
+    HONEST_PATHS,
+    STAGES,
+    defines_kernel,
+    parse,
+)
 
-HERE = Path(__file__).parent
-ADVERSARIAL = HERE / "adversarial"
-HONEST = HERE / "honest"
-CANARY = ADVERSARIAL / "_canary"  # boundary_write_repo_canary.py writes here if a sandbox lets it reach the repo
-
-# The stages in pipeline order: fast-tier benchmark, then the verifier's cascade, then promotion.
-STAGES = ("static", "load", "benchmark", "captured", "random", "race", "end_to_end", "not_promoted")
 # Families 1-10 of issue 13, each covered by at least MIN_PER_FAMILY files.
 REQUIRED_FAMILIES = ("import_patch", "sniffing", "deferred", "state", "size_shortcut", "numerics", "ties",
                      "strides", "rare_corruption", "live_precision")
@@ -53,79 +54,11 @@ LEGACY = frozenset({
     "result_reuse_cache", "result_reuse_global", "result_reuse_hidden", "second_call_garbage", "shape_hardcode",
     "side_stream", "swallow_empty", "swallow_zeros", "time_bomb", "timer_patch", "wrong_slot",
 })
-_HEADER = re.compile(r"# (expect|dynamic|family): (\S+)\n")
 # llama-tiny (services/engine_host/models/llama.py)
 ARGS = model_args("llama-tiny")
 E, HQ, HKV, D, FF, V = ARGS.dim, ARGS.n_heads, ARGS.n_kv_heads, ARGS.head_dim, ARGS.intermediate_size, ARGS.vocab_size
 EPS = ARGS.norm_eps
 REL_TOL = 1e-5
-
-
-@dataclass(frozen=True)
-class SuiteFile:
-    path: Path
-    expect: str
-    dynamic: str
-    family: str
-    doc: str
-    slot: str | None  # SLOT = "...", or None for a region candidate
-    region: str | None
-    backend: str | None
-    kernel_params: tuple[str, ...] | None  # when kernel is a plain top-level def
-
-    @property
-    def name(self) -> str:
-        return self.path.stem
-
-    @property
-    def honest(self) -> bool:
-        return self.path.parent == HONEST
-
-
-def _constant(tree: ast.Module, name: str) -> str | None:
-    for node in tree.body:
-        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
-                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
-            return node.value.value
-    return None
-
-
-def _kernel_params(tree: ast.Module) -> tuple[str, ...] | None:
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name == "kernel":
-            return tuple(a.arg for a in (*node.args.posonlyargs, *node.args.args))
-    return None
-
-
-def _defines_kernel(tree: ast.Module) -> bool:
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name == "kernel":
-            return True
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "kernel" for t in node.targets):
-            return True
-    return False
-
-
-def parse(path: Path) -> SuiteFile:
-    """The header and the declarations of one suite file, from its text alone (nothing is imported)."""
-    source = path.read_text()
-    fields: dict[str, str] = {}
-    offset = 0
-    for key in ("expect", "dynamic", "family"):
-        m = _HEADER.match(source, offset)
-        assert m and m.group(1) == key, f"{path.name}: header line {len(fields) + 1} must be '# {key}: <value>'"
-        fields[key] = m.group(2)
-        offset = m.end()
-    assert source[offset:].startswith('"""'), f"{path.name}: the docstring must follow the three header lines"
-    tree = ast.parse(source, filename=str(path))
-    doc = ast.get_docstring(tree) or ""
-    return SuiteFile(path, fields["expect"], fields["dynamic"], fields["family"], doc, _constant(tree, "SLOT"),
-                     _constant(tree, "REGION"), _constant(tree, "BACKEND"), _kernel_params(tree))
-
-
-CHEAT_PATHS = sorted(ADVERSARIAL.glob("*.py"))
-HONEST_PATHS = sorted(HONEST.glob("*.py"))
-ALL_PATHS = CHEAT_PATHS + HONEST_PATHS
 
 
 def _ids(path: Path) -> str:
@@ -156,7 +89,7 @@ def test_every_suite_file_declares_a_known_slot_or_region_a_backend_and_a_kernel
     assert (f.slot is None) != (f.region is None), f"{f.name}: declare exactly one of SLOT and REGION"
     assert f.slot in SLOTS if f.slot is not None else f.region in REGIONS
     assert f.backend in BACKENDS, f"{f.name}: BACKEND {f.backend!r} is not one of {BACKENDS}"
-    assert _defines_kernel(tree), f"{f.name}: no top-level kernel"
+    assert defines_kernel(tree), f"{f.name}: no top-level kernel"
     if f.kernel_params is not None and (f.honest or f.expect not in ("static", "load")):
         wanted = SLOTS[f.slot].params if f.slot is not None else REGION_PARAMS[f.region]
         assert f.kernel_params == wanted, f"{f.name}: kernel{f.kernel_params} but the contract is {wanted}"
@@ -299,7 +232,7 @@ def test_honest_region_rewrites_match_the_module(path: Path) -> None:
     f = parse(path)
     assert f.region == "mlp_block", "only mlp_block regions are exercised here"
     kernel = _load(path).kernel
-    module = FeedForward(ARGS, SlotTable())
+    module = FeedForward(ARGS, OpTable())
     gen = torch.Generator().manual_seed(99)
     with torch.no_grad():
         for p in module.parameters():

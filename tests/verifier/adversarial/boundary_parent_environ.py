@@ -1,5 +1,5 @@
-# expect: benchmark
-# dynamic: benchmark
+# expect: not_promoted
+# dynamic: not_promoted
 # family: boundary
 """Its own environment is scrubbed, so it reads its parent's (/proc/<ppid>/environ and cmdline,
 readable by the same user) and tries a page of /proc/<ppid>/mem; when the parent looks like a fast

@@ -1,5 +1,5 @@
-# expect: captured
-# dynamic: captured
+# expect: benchmark
+# dynamic: benchmark
 # family: legacy
 """Input mutation: normalises x in place and returns it (right values, clobbered input)."""
 import torch

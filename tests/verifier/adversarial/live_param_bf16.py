@@ -1,5 +1,5 @@
-# expect: captured
-# dynamic: captured
+# expect: benchmark
+# dynamic: benchmark
 # family: live_precision
 """Computes in bfloat16 only when the weight is an nn.Parameter (the live model's weights are; the
 random tensors a benchmark draws are not), with the dtype fetched from a string annotation so no

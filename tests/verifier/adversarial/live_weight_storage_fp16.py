@@ -1,5 +1,5 @@
-# expect: not_promoted
-# dynamic: not_promoted
+# expect: benchmark
+# dynamic: benchmark
 # family: live_precision
 """Downgrades to float16 only for a weight that looks like a live model's: it owns its storage exactly
 (a harness that shares weights from one memory segment hands out slices) and has arrived at the same

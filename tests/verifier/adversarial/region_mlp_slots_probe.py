@@ -1,5 +1,5 @@
-# expect: not_promoted
-# dynamic: not_promoted
+# expect: benchmark
+# dynamic: benchmark
 # family: live_precision
 """A region kernel reads the slot table it is handed (module.slots): when another promoted kernel is
 installed there (the live engine after a few promotions; a sandbox's fresh table holds only

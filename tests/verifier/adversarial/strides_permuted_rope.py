@@ -1,5 +1,5 @@
-# expect: benchmark
-# dynamic: benchmark
+# expect: not_promoted
+# dynamic: not_promoted
 # family: strides
 """Rotates in the [B,H,S,D] layout attention consumes next and returns it permuted back to
 [B,S,H,D] without a copy: right values, but heads-major strides instead of dense [B,S,H,D] ones,

@@ -1,5 +1,5 @@
-# expect: benchmark
-# dynamic: benchmark
+# expect: not_promoted
+# dynamic: not_promoted
 # family: strides
 """Computes weight @ x^T (the layout its GEMM prefers) and returns the transposed view unflattened to
 [..., N]: every value is right and torch.allclose agrees, but the result is not contiguous (strides

@@ -161,7 +161,7 @@ class BenchmarkRequest(_message.Message):
     def __init__(self, candidate: _Optional[_Union[_events_pb2.Candidate, _Mapping]] = ..., shapes: _Optional[_Iterable[_Union[_events_pb2.ShapeBucket, _Mapping]]] = ..., tier: _Optional[_Union[Tier, str]] = ..., rounds: _Optional[int] = ...) -> None: ...
 
 class RunSlotRequest(_message.Message):
-    __slots__ = ("candidate", "tier", "source", "shapes", "seed", "max_inputs", "repeats")
+    __slots__ = ("candidate", "tier", "source", "shapes", "seed", "max_inputs", "repeats", "repeats_s")
     CANDIDATE_FIELD_NUMBER: _ClassVar[int]
     TIER_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
@@ -169,6 +169,7 @@ class RunSlotRequest(_message.Message):
     SEED_FIELD_NUMBER: _ClassVar[int]
     MAX_INPUTS_FIELD_NUMBER: _ClassVar[int]
     REPEATS_FIELD_NUMBER: _ClassVar[int]
+    REPEATS_S_FIELD_NUMBER: _ClassVar[int]
     candidate: _events_pb2.Candidate
     tier: Tier
     source: InputSource
@@ -176,7 +177,8 @@ class RunSlotRequest(_message.Message):
     seed: int
     max_inputs: int
     repeats: int
-    def __init__(self, candidate: _Optional[_Union[_events_pb2.Candidate, _Mapping]] = ..., tier: _Optional[_Union[Tier, str]] = ..., source: _Optional[_Union[InputSource, str]] = ..., shapes: _Optional[_Iterable[_Union[_events_pb2.ShapeBucket, _Mapping]]] = ..., seed: _Optional[int] = ..., max_inputs: _Optional[int] = ..., repeats: _Optional[int] = ...) -> None: ...
+    repeats_s: float
+    def __init__(self, candidate: _Optional[_Union[_events_pb2.Candidate, _Mapping]] = ..., tier: _Optional[_Union[Tier, str]] = ..., source: _Optional[_Union[InputSource, str]] = ..., shapes: _Optional[_Iterable[_Union[_events_pb2.ShapeBucket, _Mapping]]] = ..., seed: _Optional[int] = ..., max_inputs: _Optional[int] = ..., repeats: _Optional[int] = ..., repeats_s: _Optional[float] = ...) -> None: ...
 
 class SlotRun(_message.Message):
     __slots__ = ("input_id", "reference", "first", "second", "inputs_mutated", "error")
@@ -195,20 +197,22 @@ class SlotRun(_message.Message):
     def __init__(self, input_id: _Optional[str] = ..., reference: _Optional[_Union[TensorProto, _Mapping]] = ..., first: _Optional[_Union[TensorProto, _Mapping]] = ..., second: _Optional[_Union[TensorProto, _Mapping]] = ..., inputs_mutated: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
 
 class RunSlotReply(_message.Message):
-    __slots__ = ("slot", "status", "error", "runs", "extra_calls", "extra_failure")
+    __slots__ = ("slot", "status", "error", "runs", "extra_calls", "extra_failure", "extra_stopped_by_time")
     SLOT_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     RUNS_FIELD_NUMBER: _ClassVar[int]
     EXTRA_CALLS_FIELD_NUMBER: _ClassVar[int]
     EXTRA_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    EXTRA_STOPPED_BY_TIME_FIELD_NUMBER: _ClassVar[int]
     slot: str
     status: RunStatus
     error: str
     runs: _containers.RepeatedCompositeFieldContainer[SlotRun]
     extra_calls: int
     extra_failure: str
-    def __init__(self, slot: _Optional[str] = ..., status: _Optional[_Union[RunStatus, str]] = ..., error: _Optional[str] = ..., runs: _Optional[_Iterable[_Union[SlotRun, _Mapping]]] = ..., extra_calls: _Optional[int] = ..., extra_failure: _Optional[str] = ...) -> None: ...
+    extra_stopped_by_time: bool
+    def __init__(self, slot: _Optional[str] = ..., status: _Optional[_Union[RunStatus, str]] = ..., error: _Optional[str] = ..., runs: _Optional[_Iterable[_Union[SlotRun, _Mapping]]] = ..., extra_calls: _Optional[int] = ..., extra_failure: _Optional[str] = ..., extra_stopped_by_time: _Optional[bool] = ...) -> None: ...
 
 class ProfileRequest(_message.Message):
     __slots__ = ("shapes", "tier")
