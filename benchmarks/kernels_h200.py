@@ -76,6 +76,9 @@ MLP_GRID = [dict(UP_BLOCK_N=u, UP_SPLIT_K=1, DOWN_BLOCK_N=d, DOWN_SPLIT_K=s) for
     (16, 16, 4), (8, 16, 4), (16, 8, 2), (32, 16, 2), (16, 16, 1), (8, 8, 4))] + [dict(STACK=1), dict(COUNTERS=0)]
 ATTN_BLOCK_GRID = [dict(QKV_BLOCK_N=q, QKV_SPLIT_K=qs, WO_SPLIT_K=ws, PROGRAMS_PER_SM=p) for q, qs, ws, p in (
     (16, 1, 4, 2), (8, 1, 4, 2), (16, 2, 4, 4), (16, 1, 2, 2), (8, 2, 4, 4), (16, 1, 4, 1))] + [dict(COUNTERS=0)]
+LAYER_GRID = [dict(), dict(WO_SPLIT_K=2), dict(WO_SPLIT_K=1, DOWN_SPLIT_K=2), dict(PROGRAMS_PER_SM=4),
+              dict(SKIP_DEAD=0, ATTN_STAGES=3), dict(QKV_BLOCK_N=16, UP_BLOCK_N=8)]
+OP_FAMILIES = ("linear", "attention", "sample", "norms", "regions", "layer")
 DEVICE = "cuda"
 TOL_SCALE = 1.0  # the CPU interpreter rounds bfloat16 toward zero: wider bounds in --device cpu runs
 SMOKE_MODELS = {"llama-tiny": dict(E=256, I=688, Hq=8, Hkv=4, D=32, V=2048)}
@@ -489,14 +492,68 @@ def _attn_block_case(run: Run | None, plan: Plan, name: str, m: dict[str, int], 
     _entry(run, "attn_block", entry)
 
 
-def ops(run: Run | None, plan: Plan, models: dict[str, dict[str, int]], smoke: bool) -> None:
+def mapped_layer_config(run: Run, name: str) -> list[dict[str, Any]]:
+    """The layer region with the four GEMVs of the best attn_block and mlp_block configs (this run's
+    picks, or the ones --configs brought)."""
+    best = run.res["best"].get(name, {})
+    attn, mlp = best.get("attn_block"), best.get("mlp_block")
+    if attn is None or mlp is None:
+        return []
+    cfg = {"QKV_BLOCK_N": attn.get("QKV_BLOCK_N", 16), "QKV_SPLIT_K": attn.get("QKV_SPLIT_K", 1),
+           "QKV_BLOCK_K": attn.get("BLOCK_K", 512), "QKV_WARPS": attn.get("GEMV_WARPS", 4),
+           "WO_BLOCK_N": attn.get("WO_BLOCK_N", 16), "WO_SPLIT_K": attn.get("WO_SPLIT_K", 4),
+           "WO_BLOCK_K": attn.get("BLOCK_K", 512), "WO_WARPS": attn.get("GEMV_WARPS", 4),
+           "UP_BLOCK_N": mlp.get("UP_BLOCK_N", 16), "UP_SPLIT_K": mlp.get("UP_SPLIT_K", 1),
+           "UP_BLOCK_K": mlp.get("UP_BLOCK_K", 512), "UP_WARPS": mlp.get("NUM_WARPS", 4),
+           "DOWN_BLOCK_N": mlp.get("DOWN_BLOCK_N", 16), "DOWN_SPLIT_K": mlp.get("DOWN_SPLIT_K", 4),
+           "DOWN_BLOCK_K": mlp.get("DOWN_BLOCK_K", 512), "DOWN_WARPS": mlp.get("NUM_WARPS", 4)}
+    for key in ("ATTN_BLOCK_N", "PROGRAMS_PER_SM", "SKIP_DEAD", "ATTN_STAGES", "ATTN_WARPS", "ATTN_SPLITS"):
+        if key in attn:
+            cfg[key] = attn[key]
+    return [cfg, {**cfg, "PROGRAMS_PER_SM": 4}]
+
+
+def op_layer(run: Run | None, plan: Plan, models: dict[str, dict[str, int]]) -> None:
+    for name, m in models.items():
+        weights = ((m["Hq"] + 2 * m["Hkv"]) * m["D"] + m["Hq"] * m["D"] + 3 * m["I"]) * m["E"]
+        model = layers_of(name, copies((weights + 2 * 16 * m["Hkv"] * MAX_SEQ * m["D"]) * 2, 16) if plan.timed else 1)
+        extra = mapped_layer_config(run, name) if run is not None else []
+        for B in (1, 4, 16):
+            _layer_case(run, plan, name, m, model, B, weights, extra)
+        del model
+
+
+def _layer_case(run: Run | None, plan: Plan, name: str, m: dict[str, int], model: Any, B: int, weights: int,
+                extra: list[dict[str, Any]]) -> None:
+    blocks = list(model.layers)
+    x = rnd(B, 1, m["E"])
+    pos = torch.tensor([PROMPT], device=DEVICE)
+    fargs = (model.freqs_cis[pos], model.causal_mask[None, None, pos, :MAX_SEQ], pos, MAX_SEQ)
+    ref_us = graph_us([lambda b=b: type(b).forward(b, x, *fargs) for b in blocks]) if plan.timed else None
+
+    def check(kernel: Callable[..., Any]) -> float:
+        x2 = rnd(B, 1, m["E"])
+        return rel_err(kernel(blocks[0], x2, *fargs), type(blocks[0]).forward(blocks[0], x2, *fargs))
+
+    nbytes = (weights + 2 * B * m["Hkv"] * (PROMPT + 1) * m["D"]) * 2
+    entry = grid_search(run, plan, "layer", LAYER_GRID + extra,
+                        lambda kern: [lambda b=b: kern(b, x, *fargs) for b in blocks], check, 2e-2, nbytes, ref_us)
+    entry.update(model=name, B=B, ref_us=ref_us, bytes=nbytes, label=f"{name} layer B={B}", mapped=extra)
+    _entry(run, "layer", entry)
+
+
+def ops(run: Run | None, plan: Plan, models: dict[str, dict[str, int]], smoke: bool,
+        families: tuple[str, ...] = OP_FAMILIES) -> None:
     """Every op family; `run` is None in a precompile worker (nothing recorded)."""
     first = next(iter(models.values()))
     for label, fn in (("linear", lambda: op_linear(run, plan, models)),
                       ("attention", lambda: op_attention(run, plan, models, compiled=not smoke)),
                       ("sample", lambda: op_argmax(run, plan, first["V"], compiled=not smoke)),
                       ("norms", lambda: op_norms(run, plan, first)),
-                      ("regions", lambda: op_regions(run, plan, models))):
+                      ("regions", lambda: op_regions(run, plan, models)),
+                      ("layer", lambda: op_layer(run, plan, models))):
+        if label not in families:
+            continue
         if run is not None and run.left() < 30:
             run.res["errors"][f"ops.{label}"] = f"skipped: {run.left():.0f} s left"
             continue
@@ -511,10 +568,11 @@ def ops(run: Run | None, plan: Plan, models: dict[str, dict[str, int]], smoke: b
         torch.cuda.empty_cache()
 
 
-def precompile(run: Run, models: dict[str, dict[str, int]], workers: int, timeout_s: float) -> None:
+def precompile(run: Run, models: dict[str, dict[str, int]], workers: int, timeout_s: float, families: str) -> None:
     """Compile every fixed-grid variant in `workers` processes at once (the shared Triton cache)."""
     procs = [subprocess.Popen([sys.executable, __file__, "--child", "precompile", "--part", str(i),
-                               "--parts", str(workers), "--device", DEVICE, *(["--smoke"] if run.smoke else [])],
+                               "--parts", str(workers), "--device", DEVICE, "--ops", families,
+                               *(["--smoke"] if run.smoke else [])],
                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for i in range(workers)]
     t = time.perf_counter()
@@ -550,10 +608,11 @@ def pick_best(run: Run) -> dict[str, Any]:
             "sample": total("sample", lambda e: e["B"] in (1, 64)),
             "mlp_block": total("mlp_block", lambda e, n=name: e["model"] == n and e["B"] == 1),
             "attn_block": total("attn_block", lambda e, n=name: e["model"] == n and e["B"] == 1),
+            "layer": total("layer", lambda e, n=name: e["model"] == n and e["B"] == 1),
         }
         for slot in NORM_GRID:
             cfg[slot] = total(slot, lambda e: True)
-        best[name] = {k: v for k, v in cfg.items() if v is not None}
+        best[name] = {**run.res["best"].get(name, {}), **{k: v for k, v in cfg.items() if v is not None}}
     return best
 
 
@@ -653,9 +712,59 @@ def step_bytes(model: Any, batch: int, live: int | None = None) -> int:
     return weights + batch * a.dim * 2 + kv + batch * a.vocab_size * 4
 
 
-def e2e_child(name: str, configs: dict[str, Any], smoke: bool, bw: float, result: Path) -> None:
+class Follow:
+    """Greedy decoding through one set of graphs from the same prefilled cache state every time."""
+
+    def __init__(self, model: Any, first: torch.Tensor, steps: int) -> None:
+        self.model, self.first, self.steps = model, first, steps
+        self.saved = [(layer.attention.kv_cache.k_cache.clone(), layer.attention.kv_cache.v_cache.clone())
+                      for layer in model.layers]
+
+    def restore(self) -> None:
+        for layer, (k, v) in zip(self.model.layers, self.saved, strict=True):
+            layer.attention.kv_cache.k_cache.copy_(k)
+            layer.attention.kv_cache.v_cache.copy_(v)
+
+    def run(self, graphs: Any, bs: int, forced: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """tokens [bs, steps] (the first from the shared prefill) and the logits [bs, steps - 1, V] behind
+        tokens 1..; `forced`: feed these tokens instead of the engine's own (teacher forcing)."""
+        self.restore()
+        tok = self.first[:bs].clone()
+        tokens, logits = [tok], []
+        for t in range(self.steps - 1):
+            nxt = graphs.step(forced[:, t] if forced is not None else tok, PROMPT + t).clone()
+            logits.append(graphs.logits(bs).clone())
+            tokens.append(nxt)
+            tok = nxt
+        return torch.stack(tokens, dim=1), torch.stack(logits, dim=1)
+
+
+def agreement(ref: tuple[torch.Tensor, torch.Tensor], free: torch.Tensor,
+              forced: tuple[torch.Tensor, torch.Tensor]) -> dict[str, Any]:
+    """Free-running: decode steps each row agrees before its first mismatch. Teacher-forced (the
+    reference's tokens fed to both): the argmax flips per step, and at each flip the reference's own
+    top-1 - top-2 logit margin (a flip at a margin far below the logits' rounding noise is a tie)."""
+    ref_tokens, ref_logits = ref
+    n = ref_tokens.shape[1] - 1
+    same = (free[:, 1:] == ref_tokens[:, 1:]).int()
+    agreed = torch.where(same.all(dim=1), n, same.argmin(dim=1))
+    picks = forced[1].argmax(dim=-1)
+    flips = picks != ref_tokens[:, 1:]
+    top2 = ref_logits.topk(2, dim=-1).values
+    margin = top2[..., 0] - top2[..., 1]
+    diff = (forced[1] - ref_logits).abs()
+    return {"decode_steps": n, "free_rows_all_agree": float((agreed == n).float().mean()),
+            "free_steps_agreed_min": int(agreed.min()), "free_steps_agreed_median": float(agreed.float().median()),
+            "forced_flips": int(flips.sum()), "forced_steps": int(flips.numel()),
+            "forced_flip_ref_margins": [round(float(v), 4) for v in margin[flips][:20]],
+            "ref_margin_median": float(margin.median()), "logit_max_abs_diff": float(diff.max()),
+            "logit_mean_abs_diff": float(diff.mean())}
+
+
+def e2e_child(name: str, configs: dict[str, Any], smoke: bool, bw: float, result: Path,
+              compile_baseline: bool = True) -> None:
     """Writes `result` after every stage: a parent that runs out of time keeps what was measured."""
-    from services.engine_host.cuda_graphs import decode, prefill
+    from services.engine_host.cuda_graphs import prefill
 
     out: dict[str, Any] = {"configs": configs, "stages_s": {}}
 
@@ -671,45 +780,58 @@ def e2e_child(name: str, configs: dict[str, Any], smoke: bool, bw: float, result
     reps, blocks, steps = (3, 1, 4) if smoke else (50, 4, 17)
     batches = [1, 4] if smoke else [1, 64]
     with torch.inference_mode():
-        first = prefill(model, eng.table.sample, prompt)
+        first = prefill(model, eng.table.sample, prompt)  # once, on the reference: every engine decodes from it
+        follow = Follow(model, first, steps)
         save("build_prefill")
+
+        def measure(key: str, graphs: Any, ref: dict[int, tuple[torch.Tensor, torch.Tensor]] | None) -> None:
+            for bs in batches:
+                if ref is not None:
+                    free, _ = follow.run(graphs, bs)
+                    forced = follow.run(graphs, bs, forced=ref[bs][0])
+                    out[f"bs{bs}.{key}_agreement"] = agreement(ref[bs], free, forced)
+                times = time_decode(graphs.step, first, bs, reps, blocks)
+                out[f"bs{bs}.{key}_tok_s"] = float(np.median(times))
+                out[f"bs{bs}.{key}_spread"] = float(max(times) / min(times) - 1.0)
+
         # (a) the reference slots through the engine's graphs
-        ref_graphs = eng.graphs(batches)
-        tokens_ref = {bs: decode(ref_graphs, prompt[:bs], steps) for bs in batches}
-        for bs in batches:
-            out[f"bs{bs}.reference_tok_s"] = float(np.median(time_decode(ref_graphs.step, first, bs, reps, blocks)))
-        del ref_graphs
+        graphs = eng.graphs(batches)
+        ref = {bs: follow.run(graphs, bs) for bs in batches}
+        measure("reference", graphs, None)
+        del graphs
         save("reference")
-        # (b) the best kernels of `ops`, installed by hand: slots first (timed alone at bs1), then regions
+        # (b) the best kernels of `ops`, installed by hand: slots (timed alone at bs1), + attn/mlp regions,
+        # + the layer region
         for slot in ("linear", "attention", "sample", "rmsnorm", "add_rmsnorm", "silu_mul"):
             if slot in configs:
                 eng.swap(slot, load(slot, configs[slot]), f"triton:{slot}")
-        slots_graphs = eng.graphs([1])
-        out["bs1.ours_slots_only_tok_s"] = float(np.median(time_decode(slots_graphs.step, first, 1, reps, blocks)))
-        del slots_graphs
+        graphs = eng.graphs([1])
+        out["bs1.ours_slots_only_tok_s"] = float(np.median(time_decode(graphs.step, first, 1, reps, blocks)))
+        del graphs
         for region in ("mlp_block", "attn_block"):
             if region in configs:
                 eng.swap(region, load(region, configs[region]), f"triton:{region}")
         graphs = eng.graphs(batches)
-        for bs in batches:
-            got = decode(graphs, prompt[:bs], steps)
-            same = (got == tokens_ref[bs]).int()
-            agreed = torch.where(same.all(dim=1), steps, same.argmin(dim=1))  # steps before the first mismatch
-            out[f"bs{bs}.greedy_steps_agreed_min"] = int(agreed.min())
-            out[f"bs{bs}.greedy_rows_all_agree"] = float((agreed == steps).float().mean())
-            out[f"bs{bs}.greedy_steps"] = steps
-            out[f"bs{bs}.ours_tok_s"] = float(np.median(time_decode(graphs.step, first, bs, reps, blocks)))
-        out["installed"] = eng.installed()
+        measure("ours_blocks" if "layer" in configs else "ours", graphs, ref)
         del graphs
+        save("ours_blocks")
+        if "layer" in configs:
+            eng.swap("layer", load("layer", configs["layer"]), "triton:layer")
+            graphs = eng.graphs(batches)
+            measure("ours", graphs, ref)
+            del graphs
+            save("ours_layer")
+        out["installed"] = eng.installed()
         for bs in batches:
             out[f"bs{bs}.floor_tok_s"] = bs * bw / step_bytes(model, bs)
             out[f"bs{bs}.floor_live_tok_s"] = bs * bw / step_bytes(model, bs, live=PROMPT + GEN // 2)
             out[f"bs{bs}.bytes_per_step"] = step_bytes(model, bs)
         save("ours")
         # (c) torch.compile of the reference model, last (a graph replayed after compiles once faulted)
-        for region in ("mlp_block", "attn_block"):
-            eng.rollback(region)  # the compiled model is the reference: plain ops below, no regions
-        if not smoke:
+        for region in ("layer", "mlp_block", "attn_block"):
+            if region in configs:
+                eng.rollback(region)  # the compiled model is the reference: plain ops below, no regions
+        if compile_baseline and not smoke:
             plain = reference_ops()
             rebind(model, plain)
 
@@ -728,12 +850,13 @@ def e2e_child(name: str, configs: dict[str, Any], smoke: bool, bw: float, result
                 save(f"compile_bs{bs}")
 
 
-def e2e(run: Run, name: str) -> None:
+def e2e(run: Run, name: str, compile_baseline: bool = True) -> None:
     cfg_path = run.tmp / f"configs-{name}.json"
     cfg_path.write_text(json.dumps(run.res["best"].get(name, {})))
     res_path = run.tmp / f"e2e-{name}.json"
     cmd = [sys.executable, __file__, "--child", "e2e", "--model", name, "--configs", str(cfg_path),
-           "--result", str(res_path), "--bw", repr(run.bw), "--device", DEVICE, *(["--smoke"] if run.smoke else [])]
+           "--result", str(res_path), "--bw", repr(run.bw), "--device", DEVICE, *(["--smoke"] if run.smoke else []),
+           *([] if compile_baseline else ["--e2e-opts", "no-compile"])]
     try:
         proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=max(30.0, run.left() - 8))
         rc, err = proc.returncode, proc.stderr
@@ -746,7 +869,7 @@ def e2e(run: Run, name: str) -> None:
         out["error"] = f"rc {rc}: {err[-2000:]}"
     for bs in (1, 4, 64):
         floor = out.get(f"bs{bs}.floor_tok_s")
-        for kind in ("reference", "ours", "ours_slots_only", "compile"):
+        for kind in ("reference", "ours", "ours_blocks", "ours_slots_only", "compile"):
             if floor and f"bs{bs}.{kind}_tok_s" in out:
                 out[f"bs{bs}.{kind}_frac_floor"] = out[f"bs{bs}.{kind}_tok_s"] / floor
         if f"bs{bs}.compile_tok_s" in out and f"bs{bs}.ours_tok_s" in out:
@@ -795,7 +918,9 @@ def table(run: Run) -> None:
                 continue
             cells = [f"{k} {out.get(f'bs{bs}.{k}_tok_s', float('nan')):9.1f}" for k in ("reference", "ours", "compile",
                                                                                         "floor")]
-            print(f"e2e {name} bs{bs}: " + "  ".join(cells) + f"  agree>={out.get(f'bs{bs}.greedy_steps_agreed_min')}")
+            ag = out.get(f"bs{bs}.ours_agreement", {})
+            print(f"e2e {name} bs{bs}: " + "  ".join(cells) + f"  free-running agree {ag.get('free_rows_all_agree')}"
+                  f"  forced flips {ag.get('forced_flips')}/{ag.get('forced_steps')}")
 
 
 def _fmt(v: Any, spec: str = ".1f") -> str:
@@ -857,8 +982,10 @@ def render(res: dict[str, Any]) -> str:
             row([k, str(e["rows"]), str(e["width"]), _fmt(e.get("ref_us")), _fmt(b.get("us")),
                  _params(b.get("params"))])
     lines += ["", "**end to end** (decode tok/s through the engine's CUDA graphs; fraction of the floor in brackets)",
-              "", "| model | batch | reference slots | ours | ours, slots only | torch.compile reduce-overhead | floor "
-              "| ours / compile | greedy agreement |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+              "", "| model | batch | reference slots | ours | ours without the layer region | ours, slots only "
+              "| torch.compile reduce-overhead | floor | ours / compile |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    agree_rows = []
     for name, out in res.get("e2e", {}).items():
         for bs in (1, 4, 64):
             if f"bs{bs}.reference_tok_s" not in out:
@@ -868,11 +995,24 @@ def render(res: dict[str, Any]) -> str:
                 v, f = out.get(f"bs{bs}.{kind}_tok_s"), out.get(f"bs{bs}.{kind}_frac_floor")
                 return "-" if v is None else f"{v:,.0f} ({f:.2f})" if f is not None else f"{v:,.0f}"
 
-            steps, rows_ok = out.get(f"bs{bs}.greedy_steps"), out.get(f"bs{bs}.greedy_rows_all_agree", 0)
-            agree = f"{rows_ok:.0%} of rows all {steps} steps (min {out.get(f'bs{bs}.greedy_steps_agreed_min')})"
-            row([name, str(bs), cell("reference"), cell("ours"), cell("ours_slots_only"), cell("compile"),
-                 _fmt(out.get(f"bs{bs}.floor_tok_s"), ",.0f"), _fmt(out.get(f"bs{bs}.ours_vs_compile"), ".2f"),
-                 agree])
+            row([name, str(bs), cell("reference"), cell("ours"), cell("ours_blocks"), cell("ours_slots_only"),
+                 cell("compile"), _fmt(out.get(f"bs{bs}.floor_tok_s"), ",.0f"),
+                 _fmt(out.get(f"bs{bs}.ours_vs_compile"), ".2f")])
+            for kind in ("ours", "ours_blocks"):
+                ag = out.get(f"bs{bs}.{kind}_agreement")
+                if ag:
+                    agree_rows.append([name, str(bs), kind, f"{ag['free_rows_all_agree']:.0%}",
+                                       str(ag["free_steps_agreed_min"]), f"{ag['forced_flips']} / {ag['forced_steps']}",
+                                       ", ".join(f"{m:.3f}" for m in ag["forced_flip_ref_margins"][:6]) or "-",
+                                       f"{ag['ref_margin_median']:.2f}", f"{ag['logit_max_abs_diff']:.3f}"])
+    if agree_rows:
+        lines += ["", "**greedy agreement with the reference engine** (both decode from one reference prefill; "
+                  "16 decode steps)", "", "| model | batch | set | rows agreeing all 16 steps (free-running) "
+                  "| fewest steps before a mismatch | argmax flips, teacher-forced | reference top-1 - top-2 margin "
+                  "at the flips | median margin | max abs logit difference |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in agree_rows:
+            row(r)
     return "\n".join(lines)
 
 
@@ -883,12 +1023,14 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=420.0)
     ap.add_argument("--sections", default="env,ops,e2e,e2e8b")
     ap.add_argument("--commit", default="")
-    ap.add_argument("--configs", type=Path, help="best configs from an earlier run's JSON (skips the ops pick)")
+    ap.add_argument("--configs", type=Path, help="an earlier run's JSON: its best configs, updated by this run's ops")
+    ap.add_argument("--ops", default=",".join(OP_FAMILIES), help="op families the ops section runs")
+    ap.add_argument("--no-compile", action="store_true", help="e2e without the torch.compile baseline")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     ap.add_argument("--smoke", action="store_true", help="tiny shapes and few repetitions")
     ap.add_argument("--workers", type=int, default=8, help="precompile processes (0: none)")
     ap.add_argument("--render", type=Path, help="print the Markdown tables of a results JSON and exit")
-    for hidden in ("--child", "--model", "--result", "--part", "--parts", "--bw"):
+    for hidden in ("--child", "--model", "--result", "--part", "--parts", "--bw", "--e2e-opts"):
         ap.add_argument(hidden, default="", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.render:
@@ -899,32 +1041,37 @@ def main() -> None:
     if a.smoke:
         MODELS, ROWS, PROMPT, MAX_SEQ, GEN = SMOKE_MODELS, (1, 3), 40, 64, 16
     if a.child == "precompile":
-        ops(None, Plan(int(a.part), int(a.parts), timed=False), MODELS, a.smoke)
+        ops(None, Plan(int(a.part), int(a.parts), timed=False), MODELS, a.smoke, tuple(a.ops.split(",")))
         return
     if a.child == "e2e":
-        e2e_child(a.model, json.loads(Path(a.configs).read_text()), a.smoke, float(a.bw), Path(a.result))
+        e2e_child(a.model, json.loads(Path(a.configs).read_text()), a.smoke, float(a.bw), Path(a.result),
+                  compile_baseline=a.e2e_opts != "no-compile")
         return
     if DEVICE == "cuda" and not torch.cuda.is_available():
         sys.exit("needs a CUDA GPU (or --device cpu --smoke)")
     a.out.mkdir(parents=True, exist_ok=True)
     run = Run(a.out, a.budget_s, a.smoke, a.commit)
-    sections = a.sections.split(",")
+    sections, families = a.sections.split(","), tuple(a.ops.split(","))
+    run.res["meta"]["no_compile"] = a.no_compile
+    if a.configs:  # an earlier run's picks; this run's ops replace the families it measures
+        earlier = json.loads(a.configs.read_text())
+        run.res["best"] = earlier["best"]
+        run.res["meta"]["configs_from"] = {"commit": earlier["meta"].get("commit"), "date": earlier["meta"].get("date")}
     if "env" in sections:
         run.section("env", lambda: env(run), 5)
     if "ops" in sections:
         if a.workers > 0:
-            run.section("precompile", lambda: precompile(run, MODELS, a.workers, min(150.0, run.left() / 3)), 60)
-        run.section("ops", lambda: ops(run, Plan(), MODELS, a.smoke), 60)
-    if a.configs:
-        run.res["best"] = json.loads(a.configs.read_text())["best"]
-    elif run.res["ops"]:
+            run.section("precompile", lambda: precompile(run, MODELS, a.workers, min(150.0, run.left() / 3),
+                                                         a.ops), 60)
+        run.section("ops", lambda: ops(run, Plan(), MODELS, a.smoke, families), 60)
+    if run.res["ops"]:
         run.res["best"] = pick_best(run)
     run.save()
     names = list(MODELS)
     if "e2e" in sections:
-        run.section("e2e", lambda: e2e(run, names[0]), 60)
+        run.section("e2e", lambda: e2e(run, names[0], not a.no_compile), 60)
     if "e2e8b" in sections and len(names) > 1:
-        run.section("e2e8b", lambda: e2e(run, names[1]), 150)
+        run.section("e2e8b", lambda: e2e(run, names[1], not a.no_compile), 150 if not a.no_compile else 50)
     run.save()
     table(run)
 

@@ -137,14 +137,55 @@ def test_attn_block_prefill_takes_the_modules_forward(load: Loader) -> None:
     assert torch.equal(k_got, attn.kv_cache.k_cache)
 
 
+LAYER = {"default": {}, "split": {"QKV_SPLIT_K": "2", "WO_SPLIT_K": "3", "UP_SPLIT_K": "2", "DOWN_SPLIT_K": "2",
+                                  "QKV_BLOCK_K": "32", "WO_BLOCK_K": "32", "UP_BLOCK_K": "32", "DOWN_BLOCK_K": "64",
+                                  "ATTN_BLOCK_N": "16", "COUNTERS": "0"}}
+
+
+@pytest.mark.parametrize("variant", sorted(LAYER))
+@pytest.mark.parametrize("dtype", list(REL), ids=str)
+def test_layer_matches_the_blocks_forward(load: Loader, variant: str, dtype: torch.dtype) -> None:
+    mod = load(render("layer", LAYER[variant]))
+    model = small_model(dtype)
+    block = model.layers[0]
+    for B, pos in ((1, 50), (3, 79)):
+        attn, (x, *rest) = _attn_call(model, B, pos, dtype)
+        assert attn.kv_cache is not None
+        caches = (attn.kv_cache.k_cache, attn.kv_cache.v_cache)
+        before = [c.clone() for c in caches]
+        got = mod.kernel(block, x, *rest)
+        got_caches = [c.clone() for c in caches]
+        for c, b in zip(caches, before, strict=True):
+            c.copy_(b)
+        want = type(block).forward(block, x, *rest)
+        assert rel_err(got, want) < REL[dtype], (B, pos)
+        for g, w in zip(got_caches, caches, strict=True):
+            assert rel_err(g[:B, :, pos], w[:B, :, pos]) < REL[dtype]
+
+
+def test_layer_prefill_takes_the_blocks_forward(load: Loader) -> None:
+    mod = load(render("layer", {}))
+    model = small_model(torch.float32)
+    block = model.layers[0]
+    assert model.freqs_cis is not None and model.causal_mask is not None
+    input_pos = torch.arange(6)
+    args = (torch.randn(2, 6, 96), model.freqs_cis[input_pos], model.causal_mask[None, None, input_pos, :6],
+            input_pos, 6)
+    assert torch.equal(mod.kernel(block, *args), type(block).forward(block, *args))
+
+
 def test_greedy_tokens_agree_with_both_regions_installed(load: Loader) -> None:
     model = small_model(torch.float32, n_layers=2)
     prompt = torch.randint(0, 64, (2, 5), generator=torch.Generator().manual_seed(3))
-    want_tokens, want_logits = generate(model, prompt, 4)
+    want_tokens, want_logits = generate(model, prompt, 3)
     layer = model.layers[0]
-    install(model, type(layer.feed_forward), load(render("mlp_block", MLP["split3"])).kernel)
-    install(model, type(layer.attention), load(render("attn_block", ATTN["split2"])).kernel)
-    tokens, logits = generate(model, prompt, 4)
+    install(model, type(layer.feed_forward), load(render("mlp_block", MLP["default"])).kernel)
+    install(model, type(layer.attention), load(render("attn_block", ATTN["default"])).kernel)
+    tokens, logits = generate(model, prompt, 3)
+    assert torch.equal(tokens, want_tokens)
+    torch.testing.assert_close(logits, want_logits, rtol=1e-4, atol=1e-4)
+    install(model, type(layer), load(render("layer", LAYER["default"])).kernel)  # over both: decode runs it alone
+    tokens, logits = generate(model, prompt, 3)
     assert torch.equal(tokens, want_tokens)
     torch.testing.assert_close(logits, want_logits, rtol=1e-4, atol=1e-4)
 

@@ -1,8 +1,8 @@
 """Triton kernel templates for the search agents: one module per op, variants rendered from launch constants.
 
 Each op file in this folder (rmsnorm.py, add_rmsnorm.py, silu_mul.py; decode_attention.py for the
-`attention` slot, gemv.py for `linear`, argmax.py for `sample`; regions/mlp_block.py and
-regions/attn_block.py for the two fused regions) is a complete candidate module.
+`attention` slot, gemv.py for `linear`, argmax.py for `sample`; regions/mlp_block.py,
+regions/attn_block.py and regions/layer.py for the fused regions) is a complete candidate module.
 Its launch constants sit one per line between the "launch parameters" markers; `render` rewrites
 them to make a variant, so every variant is a distinct, self-contained source text (the candidate id
 is a hash of it). Reading the templates needs no triton: only loading a candidate does.
@@ -19,7 +19,7 @@ _HERE = Path(__file__).resolve().parent
 TEMPLATES: dict[str, str] = {slot: f"{slot}.py" for slot in ("rmsnorm", "add_rmsnorm", "silu_mul")}
 TEMPLATES.update({  # slot or region name -> file: the decode kernels (benchmarks/kernels_h200.py times them)
     "attention": "decode_attention.py", "linear": "gemv.py", "sample": "argmax.py",
-    "mlp_block": "regions/mlp_block.py", "attn_block": "regions/attn_block.py",
+    "mlp_block": "regions/mlp_block.py", "attn_block": "regions/attn_block.py", "layer": "regions/layer.py",
 })
 _BEGIN = "# --- launch parameters"
 _END = "# --- end of launch parameters ---"
@@ -138,9 +138,17 @@ def _attn_block_grid() -> list[dict[str, int]]:
     return [*grid, dict(COUNTERS=0)]
 
 
+def _layer_grid() -> list[dict[str, int]]:
+    # the four GEMVs' tiles start from the attn_block/mlp_block optima; vary the split-K and attention
+    grid = [dict(WO_SPLIT_K=ws, DOWN_SPLIT_K=ds, PROGRAMS_PER_SM=p)
+            for ws in (1, 2, 4) for ds in (1, 2) for p in (2, 4)]
+    grid += [dict(QKV_BLOCK_N=16, QKV_SPLIT_K=qs, UP_BLOCK_N=un) for qs in (1, 2) for un in (8, 32)]
+    return [*grid, dict(SKIP_DEAD=0, ATTN_STAGES=3), dict(COUNTERS=0)]
+
+
 GRIDS = {"rmsnorm": _norm_grid, "add_rmsnorm": _norm_grid, "silu_mul": _silu_grid, "linear": _gemv_grid,
          "attention": _attention_grid, "sample": _argmax_grid, "mlp_block": _mlp_block_grid,
-         "attn_block": _attn_block_grid}
+         "attn_block": _attn_block_grid, "layer": _layer_grid}
 
 
 def candidates(slots: tuple[str, ...] | None = None) -> list[tuple[str, str, dict[str, str]]]:

@@ -5,9 +5,9 @@ weights beside the few activation rows, rounds the two float32 results to the ac
 the two reference projections do), applies SiLU * up in its epilogue and writes only the product:
 the [M, 2I] gate/up activations never reach memory. Kernel 2 is the same GEMV for w2. SPLIT_K > 1
 gives several programs one output tile; the last to arrive (an atomic counter per tile) reduces the
-float32 partials and runs the epilogue (its counters
-live on the module and reset themselves, COUNTERS = 1, so split-K adds no memset to a CUDA graph). With STACK = 1 the gate and up weights are read from one
-stacked [2I, E] copy built once per module (kept on the module, keyed on both weights' storage and
+float32 partials and runs the epilogue (its counters live on the module and reset themselves,
+COUNTERS = 1, so split-K adds no memset to a CUDA graph). With STACK = 1 the gate and up weights are
+read from one stacked [2I, E] copy built once per module (kept on the module, keyed on both weights' storage and
 version counters, so a weight refilled in place rebuilds it; never per step). It costs 2 * I * E
 elements per block: 1 GiB for Llama-3.2-1B, 7.5 GiB for Llama-3.1-8B in bfloat16. STACK = 0 reads
 the two weights where they are, at no memory cost; the kernel is the same.
