@@ -140,6 +140,8 @@ class Child:
             return message
 
     def kill(self) -> None:
+        if self.process is None or self.process.pid is None:  # never started (or it failed to)
+            self.process = None
         if self.process is not None and self.process.is_alive():
             self.process.kill()
         if self.process is not None:
