@@ -85,6 +85,13 @@ def kernel(x, weight, eps):
                              BLOCK=triton.next_power_of_2(x2.shape[1]))
     return y.view(x.shape)
 '''
+# rope as one complex multiply instead of stacked real products: 4-8x on a CPU, a margin no load hides
+ROPE_COMPLEX = """
+def kernel(x, freqs_cis):
+    xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+    fc = torch.view_as_complex(freqs_cis.contiguous()).view(1, xc.size(1), 1, xc.size(3))
+    return torch.view_as_real(xc * fc).flatten(3).type_as(x)
+"""
 # a region candidate: the whole MLP block with one GEMM for gate and up (weights stacked per call)
 MLP_BLOCK_FUSED = """import torch
 import torch.nn.functional as F

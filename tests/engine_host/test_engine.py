@@ -103,9 +103,9 @@ async def test_an_aa_comparison_is_never_a_win(stub) -> None:
 
 
 async def test_a_genuinely_faster_kernel_wins(stub) -> None:
-    result = await bench(stub, C.RMSNORM_FAST)
+    result = await bench(stub, C.ROPE_COMPLEX, slot="rope")
     assert result.status == ev.BENCH_STATUS_OK, result.reason
-    assert result.speedup > 1.0
+    assert result.speedup_lo > 1.0, result
     assert result.speedup_vs_reference == pytest.approx(result.speedup)  # the incumbent is the reference
 
 

@@ -10,9 +10,12 @@ Every honest rewrite must pass every stage.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import pytest
+import pytest_asyncio
 
 from proto.gen.polymorph.v1 import engine_service_pb2 as es
 from proto.gen.polymorph.v1 import events_pb2 as ev
@@ -22,31 +25,37 @@ from services.verifier.engine_client import EngineClient, EngineUnavailable
 from tests.verifier.adversarial_cases import CANARY, CASES, HONEST_CASES, HONEST_RMSNORM, Case
 from tests.verifier.helpers import MODEL, EngineHost, candidate
 
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(2400)]
+
 SETTINGS = CascadeSettings(e2e_steps=8, e2e_prompts=2, extra_calls=3000, extra_s=15.0)
 SHAPES = [ev.ShapeBucket(phase=ev.PHASE_DECODE, batch_size=1, context_len=64, weight=0.6),
           ev.ShapeBucket(phase=ev.PHASE_DECODE, batch_size=4, context_len=96, weight=0.4)]
 
 
-@pytest.fixture
+# one in 2,000 calls corrupted: 20,000 checked calls miss it with probability e^-10
+RARE = replace(SETTINGS, extra_calls=20_000, extra_s=60.0)
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def engine(engine_host: EngineHost) -> AsyncIterator[EngineClient]:
     client = EngineClient(None, MODEL, address=engine_host.address, rpc_timeout_s=300)
     yield client
     await client.close()
 
 
-async def first_failure(engine: EngineClient, case: Case, seed: int) -> tuple[str, str]:
-    """(stage, reason): where the loop stops this candidate with the static checks off, or
-    'not_promoted' / 'promoted' when it passes every check."""
+async def _benchmark(engine: EngineClient, case: Case) -> tuple[ev.Candidate, ev.BenchmarkResult]:
     cand = candidate(case.source, slot=case.op)
     cand.shapes.extend(SHAPES)
     stub = await engine.stub()
     bench = await stub.Benchmark(es.BenchmarkRequest(candidate=cand, tier=es.TIER_FAST, shapes=SHAPES, rounds=4),
                                  timeout=300)
-    if bench.status == ev.BENCH_STATUS_LOAD_ERROR:
-        return "load", bench.reason
-    if bench.status != ev.BENCH_STATUS_OK:
-        return "benchmark", f"{ev.BenchStatus.Name(bench.status)}: {bench.reason}"
-    outcome = await run_dynamic_stages(cand, engine, SETTINGS, seed)
+    return cand, bench
+
+
+async def _verify(engine: EngineClient, case: Case, cand: ev.Candidate, bench: ev.BenchmarkResult,
+                  seed: int) -> tuple[str, str]:
+    settings = RARE if case.family == "rare_corruption" else SETTINGS
+    outcome = await run_dynamic_stages(cand, engine, settings, seed)
     if outcome.failure is not None:
         return outcome.failure.stage, outcome.reason
     facts = BenchFacts("ok", bench.speedup, bench.speedup_lo, bench.speedup_vs_reference, bench.incumbent_id)
@@ -54,17 +63,45 @@ async def first_failure(engine: EngineClient, case: Case, seed: int) -> tuple[st
     return ("promoted" if decision.promote else "not_promoted"), decision.reason
 
 
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def outcomes(engine: EngineClient) -> dict[str, tuple[str, str]]:
+    """(stage, reason) per file: where the loop stops it with the static checks off, or 'not_promoted' /
+    'promoted' when it passes every check. The fast tier benchmarks the next candidate while the slow
+    tier verifies the last one, as in the running loop (two harnesses, two processes)."""
+    results: dict[str, tuple[str, str]] = {}
+    waiting: asyncio.Queue[tuple[Case, ev.Candidate, ev.BenchmarkResult] | None] = asyncio.Queue()
+
+    async def benchmarks() -> None:
+        for case in [*CASES, *HONEST_CASES]:
+            cand, bench = await _benchmark(engine, case)
+            if bench.status == ev.BENCH_STATUS_LOAD_ERROR:
+                results[case.name] = ("load", bench.reason)
+            elif bench.status != ev.BENCH_STATUS_OK:
+                results[case.name] = ("benchmark", f"{ev.BenchStatus.Name(bench.status)}: {bench.reason}")
+            else:
+                await waiting.put((case, cand, bench))
+        await waiting.put(None)
+
+    async def verifications() -> None:
+        while (item := await waiting.get()) is not None:
+            case, cand, bench = item
+            results[case.name] = await _verify(engine, case, cand, bench, seed=4242 if case.family == "honest" else 977)
+
+    await asyncio.gather(benchmarks(), verifications())
+    return results
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-async def test_every_cheat_fails_or_is_never_promoted_without_static_checks(engine: EngineClient, case: Case) -> None:
-    stage, reason = await first_failure(engine, case, seed=977)
+def test_every_cheat_fails_or_is_never_promoted_without_static_checks(outcomes, case: Case) -> None:
+    stage, reason = outcomes[case.name]
     assert stage != "promoted", f"{case.name} would be promoted: {reason}"
     assert stage == case.dynamic, f"{case.name}: stopped at {stage} ({reason}), expected {case.dynamic}"
     assert not CANARY.exists(), "a candidate wrote into the repository"
 
 
 @pytest.mark.parametrize("case", HONEST_CASES, ids=lambda c: c.name)
-async def test_no_honest_rewrite_is_rejected(engine: EngineClient, case: Case) -> None:
-    stage, reason = await first_failure(engine, case, seed=4242)
+def test_no_honest_rewrite_is_rejected(outcomes, case: Case) -> None:
+    stage, reason = outcomes[case.name]
     assert stage in ("promoted", "not_promoted"), f"{case.name} rejected at {stage}: {reason}"
 
 

@@ -76,7 +76,7 @@ async def test_static_failure_verdict_is_published_stored_and_republished(harnes
     verdict = harness.verdicts[0]
     assert verdict.candidate_id == cheat.candidate_id and verdict.campaign_id == "camp-1"
     assert verdict.status == ev.VERDICT_STATUS_FAILED and verdict.failed_stage == "static"
-    assert verdict.reason.startswith("static: line 3: import of 'time' is forbidden")
+    assert verdict.reason.startswith("static: line 5: import of 'time' is forbidden")
     assert [c.stage for c in verdict.checks] == ["static"]
     assert (verdict.speedup, verdict.speedup_lo, verdict.speedup_vs_reference) == (1.5, 1.2, 1.5)
     assert verdict.hardware == "test-cpu" and verdict.model == "llama-tiny" and verdict.verify_s > 0
