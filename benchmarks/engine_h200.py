@@ -76,6 +76,7 @@ class Bench:
         self.models: dict[str, Any] = {}
         self.tiers: dict[str, Any] = {}
         self.bw = 4.3e12  # replaced by the measured copy bandwidth
+        self.relax: tuple[str, ...] = ()  # containment measures this device does not tolerate
 
     def left(self) -> float:
         return self.deadline - time.perf_counter()
@@ -213,7 +214,26 @@ LOOP = asyncio.new_event_loop()
 def fast_spec(b: Bench) -> HarnessSpec:
     return HarnessSpec(tier="fast", model="llama-3.2-1b", n_layers=2, seed=0, device="cuda",
                        data_dir=str(b.tmp / "host"), max_batch=64, max_seq=MAX_SEQ, max_tokens=8192, rounds=6,
-                       samples=3, target_sample_s=1e-3, noise_floor=0.01, input_sets=3, sandbox_pool=4)
+                       samples=3, target_sample_s=1e-3, noise_floor=0.01, input_sets=3, sandbox_pool=4,
+                       sandbox_relax=b.relax)
+
+
+def containment(b: Bench) -> None:
+    """Which containment measures this GPU tolerates (benchmarks/sandbox_probe.py): every measure on
+    if that works, else the smallest relaxation that does; recorded, and used by every tier below."""
+    from benchmarks.sandbox_probe import probe
+    from services.engine_host.containment import MEASURES
+
+    tried: dict[str, str] = {}
+    for skip in [(), *((m,) for m in MEASURES), *((m, n) for i, m in enumerate(MEASURES) for n in MEASURES[i + 1:]),
+                 MEASURES]:
+        status, detail = probe("cuda", skip)
+        tried[",".join(skip) or "none"] = status if status == "ok" else f"{status}: {str(detail).strip()[-200:]}"
+        if status == "ok":
+            b.relax = tuple(skip)
+            break
+    b.res["containment_probe"] = tried
+    b.m("sandbox_relaxed", list(b.relax))
 
 
 def slow_spec(b: Bench, model: str) -> Any:
@@ -702,6 +722,7 @@ def main() -> None:
     a.out.mkdir(parents=True, exist_ok=True)
     b = Bench(a.out, a.smoke, a.budget_s)
     b.section("env", lambda: env(b), 5)
+    b.section("containment", lambda: containment(b), 30)
     b.section("fast_tier", lambda: fast_tier(b), 60)
     big = "llama-3.2-1b" if a.smoke else "llama-3.1-8b"
     b.section(f"decode.{big}", lambda: decode(b, big), 40)

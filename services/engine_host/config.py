@@ -21,6 +21,16 @@ def parse_shapes(text: str) -> tuple[Shape, ...]:
         raise ConfigError(str(exc)) from exc
 
 
+def _measures(text: str) -> tuple[str, ...]:
+    from services.engine_host.containment import MEASURES
+
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in MEASURES]
+    if unknown:
+        raise ConfigError(f"POLYMORPH_ENGINE_SANDBOX_RELAX names unknown measures {unknown}; known {MEASURES}")
+    return names
+
+
 @dataclass(frozen=True)
 class EngineHostConfig:
     engine_id: str
@@ -47,6 +57,7 @@ class EngineHostConfig:
     durable: str = "engine-fast"
     checkpoint: str = ""  # safetensors weights for the model (both tiers); empty: seeded random weights
     sandbox_pool: int = 1  # warm sandboxes each tier keeps ready for the next candidate
+    sandbox_relax: tuple[str, ...] = ()  # containment measures switched off (benchmarks/sandbox_probe.py)
 
     @classmethod
     def from_env(cls, env: Env, model: str = "llama-tiny") -> EngineHostConfig:
@@ -78,4 +89,5 @@ class EngineHostConfig:
             durable=env.str("ENGINE_DURABLE", "engine-fast"),
             checkpoint=env.str("ENGINE_CHECKPOINT", ""),
             sandbox_pool=env.int("ENGINE_SANDBOX_POOL", 1),
+            sandbox_relax=_measures(env.str("ENGINE_SANDBOX_RELAX", "")),
         )

@@ -59,6 +59,7 @@ class Confinement:
     max_file_bytes: int = 4 << 30
     max_open_files: int = 4096
     network: bool = False  # True only for tests of the containment itself
+    skip: tuple[str, ...] = ()  # measures switched off by configuration (reported as such), see MEASURES
 
 
 def _libc() -> ctypes.CDLL:
@@ -78,16 +79,21 @@ def harden_harness() -> None:
     libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
-def scrub_environment(work_dir: Path) -> None:
-    kept = {k: os.environ[k] for k in KEEP_ENV if k in os.environ}
-    os.environ.clear()
-    os.environ.update(kept)
+def scrub_environment(work_dir: Path, clear: bool = True) -> None:
+    """Private caches, home and temp dir always; with `clear`, nothing else the parent had."""
+    if clear:
+        kept = {k: os.environ[k] for k in KEEP_ENV if k in os.environ}
+        os.environ.clear()
+        os.environ.update(kept)
     os.environ.update({
         "HOME": str(work_dir), "TMPDIR": str(work_dir), "PYTHONDONTWRITEBYTECODE": "1",
         "TRITON_CACHE_DIR": str(work_dir / "triton-cache"),
         "TORCHINDUCTOR_CACHE_DIR": str(work_dir / "inductor-cache"),
     })
     sys.dont_write_bytecode = True
+
+
+MEASURES = ("own_session", "environment", "network_namespace", "rlimits", "capabilities", "landlock")
 
 
 def confine(c: Confinement) -> dict[str, str]:
@@ -99,20 +105,26 @@ def confine(c: Confinement) -> dict[str, str]:
     if os.getppid() != parent:  # the parent died before the flag was set
         os._exit(1)
     done["dies_with_parent"] = "on"
+    off = "off: switched off by configuration"
     try:
-        os.setsid()
-        done["own_session"] = "on"
+        if "own_session" in c.skip:
+            done["own_session"] = off
+        else:
+            os.setsid()
+            done["own_session"] = "on"
     except OSError as exc:
         done["own_session"] = f"off: {exc}"
     work = Path(c.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     os.chdir(work)
-    scrub_environment(work)
-    done["private_dir_and_env"] = "on"
-    done["network_namespace"] = "off: allowed for this sandbox" if c.network else _new_netns(libc)
-    done["rlimits"] = _limits(c)
-    done["capabilities"] = _drop_capabilities(libc)
-    done["landlock"] = _landlock(libc, work, c.network)
+    done["private_dir"] = "on"
+    scrub_environment(work, clear="environment" not in c.skip)
+    done["environment"] = off if "environment" in c.skip else "on"
+    done["network_namespace"] = ("off: allowed for this sandbox" if c.network else off
+                                 if "network_namespace" in c.skip else _new_netns(libc))
+    done["rlimits"] = off if "rlimits" in c.skip else _limits(c)
+    done["capabilities"] = off if "capabilities" in c.skip else _drop_capabilities(libc)
+    done["landlock"] = off if "landlock" in c.skip else _landlock(libc, work, c.network)
     return done
 
 

@@ -93,7 +93,7 @@ class Harness:
                            if self.device.type == "cuda" and spec.graphs else None)
         root = Path(spec.data_dir) / "sandboxes" / spec.tier
         self.pool = SandboxPool(SandboxSettings(str(self.device), spec.threads, str(root),
-                                                spec.sandbox_start_timeout_s, spec.sandbox_pool))
+                                                spec.sandbox_start_timeout_s, spec.sandbox_pool, spec.sandbox_relax))
         self.pool.fill()
         self.box_weights: dict[str, torch.Tensor] | None = None  # the copy candidate sandboxes share
         self.live_weights = {n: p.detach().clone() for n, p in self.model.named_parameters()}

@@ -368,3 +368,4 @@ class HarnessSpec:
     candidate_timeout_s: float = 60.0  # a sandbox silent this long is killed as hung
     sandbox_pool: int = 1  # warm sandboxes kept ready
     sandbox_start_timeout_s: float = 300.0
+    sandbox_relax: tuple[str, ...] = ()  # containment measures switched off (containment.MEASURES)
