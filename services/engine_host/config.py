@@ -58,6 +58,7 @@ class EngineHostConfig:
     checkpoint: str = ""  # safetensors weights for the model (both tiers); empty: seeded random weights
     sandbox_pool: int = 1  # warm sandboxes each tier keeps ready for the next candidate
     sandbox_relax: tuple[str, ...] = ()  # containment measures switched off (benchmarks/sandbox_probe.py)
+    jit_timeout_s: float = 180.0  # a Triton / torch.compile candidate's first call may compile this long
 
     @classmethod
     def from_env(cls, env: Env, model: str = "llama-tiny") -> EngineHostConfig:
@@ -90,4 +91,5 @@ class EngineHostConfig:
             checkpoint=env.str("ENGINE_CHECKPOINT", ""),
             sandbox_pool=env.int("ENGINE_SANDBOX_POOL", 1),
             sandbox_relax=_measures(env.str("ENGINE_SANDBOX_RELAX", "")),
+            jit_timeout_s=env.float("ENGINE_JIT_TIMEOUT_S", 180.0),
         )

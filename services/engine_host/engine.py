@@ -73,7 +73,7 @@ class Engine:
             target_sample_s=config.sample_s, noise_floor=config.noise_floor,
             capture_per_slot=config.capture_per_slot, checkpoint=config.checkpoint,
             candidate_timeout_s=config.candidate_timeout_s, sandbox_pool=config.sandbox_pool,
-            sandbox_relax=config.sandbox_relax,
+            sandbox_relax=config.sandbox_relax, jit_timeout_s=config.jit_timeout_s,
         )
         specs = {
             "fast": base,

@@ -45,7 +45,7 @@ from services.engine_host.protocol import (
     SwapReport,
 )
 from services.engine_host.safetensors_loader import load_into
-from services.engine_host.sandboxes import JIT_TIMEOUT_S, Sandbox, SandboxPool, SandboxSettings
+from services.engine_host.sandboxes import Sandbox, SandboxPool, SandboxSettings
 from services.engine_host.timing import Settings
 
 
@@ -93,7 +93,8 @@ class Harness:
                            if self.device.type == "cuda" and spec.graphs else None)
         root = Path(spec.data_dir) / "sandboxes" / spec.tier
         self.pool = SandboxPool(SandboxSettings(str(self.device), spec.threads, str(root),
-                                                spec.sandbox_start_timeout_s, spec.sandbox_pool, spec.sandbox_relax))
+                                                spec.sandbox_start_timeout_s, spec.sandbox_pool, spec.sandbox_relax,
+                                                spec.jit_timeout_s))
         self.pool.fill()
         self.box_weights: dict[str, torch.Tensor] | None = None  # the copy candidate sandboxes share
         self.live_weights = {n: p.detach().clone() for n, p in self.model.named_parameters()}
@@ -336,7 +337,7 @@ class Harness:
             box = self.recent_e2e[1]
             # generation calls every kernel, the first time compiling it: the JIT allowance
             report: GenerateReport = box.call(replace(cmd, overrides=()), max(self.spec.candidate_timeout_s,
-                                                                                 JIT_TIMEOUT_S))
+                                                                                 self.spec.jit_timeout_s))
         except ChildFailure as failure:
             if self.recent_e2e is not None:
                 self.release(self.recent_e2e[1])

@@ -369,3 +369,4 @@ class HarnessSpec:
     sandbox_pool: int = 1  # warm sandboxes kept ready
     sandbox_start_timeout_s: float = 300.0
     sandbox_relax: tuple[str, ...] = ()  # containment measures switched off (containment.MEASURES)
+    jit_timeout_s: float = 180.0  # a Triton / torch.compile candidate's first call may take this long

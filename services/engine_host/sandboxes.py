@@ -27,7 +27,6 @@ from services.engine_host.protocol import Calls, Exit, SandboxSpec
 from services.engine_host.sandbox import sandbox_main
 
 log = get_logger("engine_host.sandboxes")
-JIT_TIMEOUT_S = 180.0
 
 
 @dataclass(frozen=True)
@@ -38,6 +37,7 @@ class SandboxSettings:
     start_timeout_s: float = 300.0
     pool: int = 1  # warm sandboxes kept ready
     relax: tuple[str, ...] = ()  # containment measures switched off by configuration
+    jit_timeout_s: float = 180.0  # a Triton or torch.compile candidate's first call may compile this long
 
 
 _SANDBOX_PIDS: set[int] = set()  # every sandbox this process started and has not closed
@@ -76,6 +76,7 @@ class Sandbox:
         confinement = Confinement(str(self.work_dir), threads=settings.threads, skip=settings.relax)
         spec = SandboxSpec(settings.device, settings.threads, confinement, label)
         self.child = Child(sandbox_main, (spec,), f"sandbox-{label}-{n}")
+        self.jit_timeout_s = settings.jit_timeout_s
         self.measures: dict[str, str] = {}
         self.model_attached = False
         self.jit_pending = False  # the next Calls may JIT-compile the kernel (Triton, torch.compile)
@@ -96,7 +97,7 @@ class Sandbox:
             # its first call compiles (a cold torch.compile takes ~20 s on a CPU): a longer allowance,
             # once; the backend is the candidate's own word, so lying only changes how long its hang lasts
             self.jit_pending = False
-            timeout_s = max(timeout_s, JIT_TIMEOUT_S)
+            timeout_s = max(timeout_s, self.jit_timeout_s)
         return self.child.call(command, timeout_s)
 
     @property

@@ -4,6 +4,7 @@ Each file starts with three header lines and a docstring:
 
     # expect: <stage>     the first stage that must fail it with every check on ("pass" if honest)
     # dynamic: <stage>    the stage that must fail it with the static (AST) checks switched off
+                          ("a|b": either, where how many calls reach it depends on the machine's load)
     # family: <family>    which kind of attack it is ("honest" for the rewrites)
 
 Parsing reads the text only; cheat files are never imported in the test process (several patch
@@ -101,6 +102,11 @@ HONEST_PATHS = sorted(HONEST.glob("*.py"))
 ALL_PATHS = CHEAT_PATHS + HONEST_PATHS
 
 
+def stages(field: str) -> frozenset[str]:
+    """The stages a header field allows ("benchmark|random": either)."""
+    return frozenset(field.split("|"))
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
@@ -109,6 +115,14 @@ class Case:
     expect: str
     dynamic: str
     family: str
+
+    @property
+    def expected(self) -> frozenset[str]:
+        return stages(self.expect)
+
+    @property
+    def dynamic_stages(self) -> frozenset[str]:
+        return stages(self.dynamic)
 
 
 def load_cases(paths: list[Path]) -> list[Case]:

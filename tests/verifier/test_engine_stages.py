@@ -95,7 +95,7 @@ async def outcomes(engine: EngineClient) -> dict[str, tuple[str, str]]:
 def test_every_cheat_fails_or_is_never_promoted_without_static_checks(outcomes, case: Case) -> None:
     stage, reason = outcomes[case.name]
     assert stage != "promoted", f"{case.name} would be promoted: {reason}"
-    assert stage == case.dynamic, f"{case.name}: stopped at {stage} ({reason}), expected {case.dynamic}"
+    assert stage in case.dynamic_stages, f"{case.name}: stopped at {stage} ({reason}), expected {case.dynamic}"
     assert not CANARY.exists(), "a candidate wrote into the repository"
 
 

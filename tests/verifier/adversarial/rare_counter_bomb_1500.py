@@ -1,5 +1,5 @@
-# expect: benchmark
-# dynamic: benchmark
+# expect: benchmark|random
+# dynamic: benchmark|random
 # family: rare_corruption
 """A later counter bomb: exact for 1,500 calls in a process, past any verifier that checks a few
 hundred calls, then the normalised output loses its weight (returned as if every weight were 1)

@@ -1,5 +1,5 @@
-# expect: benchmark
-# dynamic: benchmark
+# expect: benchmark|random
+# dynamic: benchmark|random
 # family: rare_corruption
 """A counter bomb: exact for its first 300 calls in a process (more than a verifier's handful of
 checks and more than one fast-tier timing of one bucket), then every later output has its last row

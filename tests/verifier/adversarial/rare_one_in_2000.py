@@ -1,5 +1,5 @@
-# expect: random
-# dynamic: random
+# expect: benchmark|random
+# dynamic: benchmark|random
 # family: rare_corruption
 """Right on 1,999 calls out of 2,000 and, at random on the others, one element of the output is
 negated: a verifier that makes a few dozen calls passes it with ~99% probability, a model that calls
