@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -148,16 +149,14 @@ def region_layers(model: Transformer, region: str) -> list[int]:
 def cache_state(model: Transformer, layers: list[int]) -> CacheState:
     out = []
     for i in layers:
-        cache = model.layers[i].attention.kv_cache
-        assert cache is not None
+        cache = model.kv_cache(i)
         out.append((i, cache.k_cache.clone(), cache.v_cache.clone()))
     return tuple(out)
 
 
 def restore_caches(model: Transformer, state: CacheState) -> None:
     for i, k, v in state:
-        cache = model.layers[i].attention.kv_cache
-        assert cache is not None
+        cache = model.kv_cache(i)
         cache.k_cache.copy_(k)
         cache.v_cache.copy_(v)
 
@@ -261,8 +260,7 @@ def profile(rt: ModelView, shapes: list[Shape], steps: int = 5) -> ProfileReport
                 eager_us[shape.key] = float(np.median(plain)) * 1e6
                 last = _tokens(rt, shape)[:, -1]
                 graphs.step(last, shape.context - 1)  # (re)captures the bucket if needed
-                pos = shape.context - 1
-                plain = _step_times(rt, lambda g=graphs, t=last, p=pos: g.step(t, p), steps)
+                plain = _step_times(rt, partial(graphs.step, last, shape.context - 1), steps)
         for slot, values in per_step.items():
             times.append(OpTime(slot, shape, float(np.median(values)) * 1e6, calls[slot] // steps))
         step_total += float(np.median(plain)) * 1e6 * shape.weight

@@ -208,7 +208,7 @@ class Engine:
         return reply
 
     @staticmethod
-    def _fail(reply: es.SwapKernelReply, status: int, error: str) -> None:
+    def _fail(reply: es.SwapKernelReply, status: es.RunStatus, error: str) -> None:
         reply.ok = False
         if reply.status == es.RUN_STATUS_OK:
             reply.status = status

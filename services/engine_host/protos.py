@@ -13,10 +13,10 @@ from services.engine_host.protocol import RunReport, Status, TimingStats
 if TYPE_CHECKING:  # the host process never imports torch
     from services.common.tensors import EncodedTensor
 
-TIER_NAMES = {es.TIER_FAST: "fast", es.TIER_SLOW: "slow"}
-TIER_ENUMS = {name: value for value, name in TIER_NAMES.items()}
+TIER_NAMES: dict[int, str] = {es.TIER_FAST: "fast", es.TIER_SLOW: "slow"}
+TIER_ENUMS: dict[str, es.Tier] = {"fast": es.TIER_FAST, "slow": es.TIER_SLOW}
 
-BENCH_STATUS = {
+BENCH_STATUS: dict[Status, ev.BenchStatus] = {
     Status.OK: ev.BENCH_STATUS_OK,
     Status.LOAD_ERROR: ev.BENCH_STATUS_LOAD_ERROR,
     Status.RAISED: ev.BENCH_STATUS_RAISED,
@@ -24,7 +24,7 @@ BENCH_STATUS = {
     Status.TIMEOUT: ev.BENCH_STATUS_TIMEOUT,
     Status.WRONG_OUTPUT: ev.BENCH_STATUS_WRONG_OUTPUT,
 }
-RUN_STATUS = {
+RUN_STATUS: dict[Status, es.RunStatus] = {
     Status.OK: es.RUN_STATUS_OK,
     Status.LOAD_ERROR: es.RUN_STATUS_LOAD_ERROR,
     Status.RAISED: es.RUN_STATUS_RAISED,

@@ -10,6 +10,7 @@ that rewrites this code only changes what its own outputs look like.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -76,7 +77,7 @@ class SandboxServer:
         self.seed = 0
 
     def handle(self, command: Any) -> Any:
-        handlers = {
+        handlers: dict[type, Callable[[Any], Any]] = {
             Load: self.load, Install: self.install, Rollback: self.rollback, AttachModel: self.attach,
             Bind: self.bind, Unbind: self.unbind, Calls: self.calls, RestoreCaches: self.restore,
             Generate: self.generate, Steps: self.steps, Profile: self.profile,

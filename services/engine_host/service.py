@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import re
 from pathlib import Path
+from typing import Any, cast
 
 from nats.js.errors import NotFoundError
 
@@ -73,7 +74,7 @@ class EngineHostService:
         self.engine = Engine(config, common.model, common.data_dir)
         self.results = ResultStore(common.data_dir / "engine" / _durable(config.engine_id) / "results")
         self.incumbents = Incumbents()
-        self.server = None
+        self.server: Any = None
         self.port = 0
         self.bus: Bus | None = None
 
@@ -96,7 +97,7 @@ class EngineHostService:
             # a fresh harness holds only the reference ops: replay the whole history, not just the unacked
             with contextlib.suppress(NotFoundError):
                 await bus.js.delete_consumer(KERNEL_STREAM, durable)
-            await bus.consume(subject, msg_type, handler, durable=durable, ack_wait_s=120.0)
+            await bus.consume(subject, msg_type, cast(Any, handler), durable=durable, ack_wait_s=120.0)
         if self.config.consume and "fast" in self.engine.tiers:
             await bus.consume(subjects.CANDIDATES_PROPOSED, ev.Candidate, self._on_candidate,
                               durable=self.config.durable, ack_wait_s=max(60.0, self.config.candidate_timeout_s),

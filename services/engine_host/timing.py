@@ -14,7 +14,7 @@ next to can touch the clock.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -106,7 +106,7 @@ def bootstrap_median(values: np.ndarray, n: int, seed: int = 0) -> tuple[float, 
 def compare(
     incumbent: Runner,
     candidate: Runner,
-    items: list[Item],
+    items: Sequence[Item],
     settings: Settings = Settings(),
     progress: Callable[[str], None] = lambda _: None,
 ) -> Comparison:

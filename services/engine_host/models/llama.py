@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import zlib
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import Tensor, nn
@@ -85,6 +85,9 @@ def precompute_freqs_cis(max_seq: int, head_dim: int, base: float) -> Tensor:
 
 
 class KVCache(nn.Module):
+    k_cache: Tensor
+    v_cache: Tensor
+
     def __init__(self, max_batch: int, max_seq: int, n_kv_heads: int, head_dim: int,
                  dtype: torch.dtype, device: torch.device | str,
                  tensors: tuple[Tensor, Tensor] | None = None) -> None:
@@ -181,12 +184,21 @@ class Transformer(nn.Module):
         self.max_batch, self.max_seq = max_batch, max_seq
         if caches is not None and len(caches) != len(self.layers):
             raise ValueError(f"{len(caches)} KV caches for {len(self.layers)} layers")
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(self.blocks()):
             layer.attention.kv_cache = KVCache(max_batch, max_seq, a.n_kv_heads, a.head_dim,
                                                self.output.dtype, device,
                                                caches[i] if caches is not None else None)
         self.freqs_cis = precompute_freqs_cis(max_seq, a.head_dim, a.rope_base).to(device)
         self.causal_mask = torch.tril(torch.ones(max_seq, max_seq, dtype=torch.bool, device=device))
+
+    def blocks(self) -> list[TransformerBlock]:
+        return [cast(TransformerBlock, layer) for layer in self.layers]
+
+    def kv_cache(self, layer: int) -> KVCache:
+        cache = self.blocks()[layer].attention.kv_cache
+        if cache is None:
+            raise RuntimeError("call setup_caches() first")
+        return cache
 
     def forward(self, idx: Tensor, input_pos: Tensor, kv_len: int | None = None,
                 last_only: bool = False) -> Tensor:
