@@ -137,3 +137,40 @@ def kernel(module, x, freqs_cis, mask, input_pos, kv_len):
         y = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask, enable_gqa=gqa)
     return F.linear(y.transpose(1, 2).contiguous().view(B, S, a.n_heads * a.head_dim), module.wo)
 """
+# caching by content: a few values of x as the key (cheap to compute, right whenever it hits)
+RMSNORM_CONTENT_CACHE = """
+class _Memo:
+    def __init__(self):
+        self.seen = {}
+
+    def __call__(self, x, weight, eps):
+        key = (tuple(x.shape), tuple(x.reshape(-1)[:8].tolist()))
+        hit = self.seen.get(key)
+        if hit is not None:
+            return hit.clone()
+        xf = x.float()
+        out = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).type_as(x) * weight
+        self.seen[key] = out
+        return out
+
+
+kernel = _Memo()
+"""
+# caching by address: the harness reuses its buffers, so this hits, with yesterday's result
+RMSNORM_POINTER_CACHE = RMSNORM_CONTENT_CACHE.replace("(tuple(x.shape), tuple(x.reshape(-1)[:8].tolist()))",
+                                                      "(x.data_ptr(), weight.data_ptr())")
+# lazy: the result is written by a thread after the kernel has returned
+RMSNORM_DEFERRED = """
+import threading
+
+
+def kernel(x, weight, eps):
+    out = torch.empty_like(x)
+
+    def fill():
+        xf = x.float()
+        out.copy_((xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).type_as(x) * weight)
+
+    threading.Timer(0.002, fill).start()
+    return out
+"""

@@ -102,6 +102,17 @@ async def test_an_aa_comparison_is_never_a_win(stub) -> None:
     assert result.aa_spread >= 0 and result.incumbent.runs > 0 and result.candidate.median_us > 0
 
 
+async def test_caching_or_deferred_results_win_nothing(stub) -> None:
+    honest = await bench(stub, C.RMSNORM_REF)  # the same computation without the trick: an A/A
+    content = await bench(stub, C.RMSNORM_CONTENT_CACHE)  # every call's inputs are fresh: it never hits
+    assert honest.status == content.status == ev.BENCH_STATUS_OK, (honest.reason, content.reason)
+    assert content.speedup_lo <= 1.0 and content.speedup <= honest.speedup_hi, (content, honest)
+    pointer = await bench(stub, C.RMSNORM_POINTER_CACHE)  # hits on reused buffers: stale outputs
+    assert pointer.status == ev.BENCH_STATUS_WRONG_OUTPUT, pointer.reason
+    deferred = await bench(stub, C.RMSNORM_DEFERRED)
+    assert deferred.status == ev.BENCH_STATUS_WRONG_OUTPUT, deferred.reason
+
+
 async def test_a_genuinely_faster_kernel_wins(stub) -> None:
     result = await bench(stub, C.ROPE_COMPLEX, slot="rope")
     assert result.status == ev.BENCH_STATUS_OK, result.reason
