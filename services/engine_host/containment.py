@@ -8,6 +8,7 @@ effect, so the host can say what its sandboxes are confined by (and tests can as
   credentials), private Triton / inductor caches inside it, no byte-code writes;
 - resource limits: no core dumps, bounded file size and open files;
 - no network: its own network namespace (root), and Landlock's TCP rules where the kernel has them;
+- its own mount namespace, the harness's multiprocessing sockets (the sandboxes' fork server) hidden;
 - no capabilities (dropped, and root's re-grant on exec locked off), so the harness, which is not
   dumpable (`harden_harness`), cannot be read through /proc/<pid>/mem or environ or ptraced;
 - Landlock: writes only below its working directory and /dev, no signals to processes outside it.
@@ -36,6 +37,8 @@ _PR_CAPBSET_DROP = 24
 _SECURE_NOROOT_LOCKED = 0x0F  # noroot, no_setuid_fixup, each locked: exec never re-grants root's caps
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWUSER = 0x10000000
+_CLONE_NEWNS = 0x00020000
+_MS_REC, _MS_PRIVATE = 0x4000, 1 << 18
 _SYS_LANDLOCK_CREATE_RULESET, _SYS_LANDLOCK_ADD_RULE, _SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
 _LANDLOCK_CREATE_RULESET_VERSION = 1
 _LANDLOCK_RULE_PATH_BENEATH = 1
@@ -60,6 +63,7 @@ class Confinement:
     max_open_files: int = 4096
     network: bool = False  # True only for tests of the containment itself
     skip: tuple[str, ...] = ()  # measures switched off by configuration (reported as such), see MEASURES
+    hide: tuple[str, ...] = ()  # directories covered by an empty tmpfs (the harness's multiprocessing sockets)
 
 
 def _libc() -> ctypes.CDLL:
@@ -93,7 +97,8 @@ def scrub_environment(work_dir: Path, clear: bool = True) -> None:
     sys.dont_write_bytecode = True
 
 
-MEASURES = ("own_session", "environment", "network_namespace", "rlimits", "capabilities", "landlock")
+MEASURES = ("own_session", "environment", "network_namespace", "mount_namespace", "rlimits", "capabilities",
+            "landlock")
 
 
 def confine(c: Confinement) -> dict[str, str]:
@@ -122,6 +127,7 @@ def confine(c: Confinement) -> dict[str, str]:
     done["environment"] = off if "environment" in c.skip else "on"
     done["network_namespace"] = ("off: allowed for this sandbox" if c.network else off
                                  if "network_namespace" in c.skip else _new_netns(libc))
+    done["mount_namespace"] = off if "mount_namespace" in c.skip else _hide(libc, c.hide)
     done["rlimits"] = off if "rlimits" in c.skip else _limits(c)
     done["capabilities"] = off if "capabilities" in c.skip else _drop_capabilities(libc)
     done["landlock"] = off if "landlock" in c.skip else _landlock(libc, work, c.network)
@@ -155,6 +161,19 @@ def _drop_capabilities(libc: ctypes.CDLL) -> str:
     if libc.capset(ctypes.byref(header), data) != 0:
         return f"off: capset: {_err()}"
     return "on (none left)"
+
+
+def _hide(libc: ctypes.CDLL, dirs: tuple[str, ...]) -> str:
+    """Its own mount namespace, with an empty tmpfs over each of `dirs` (the fork server's and the
+    resource sharer's sockets live there: reaching them would hand out unconfined processes)."""
+    if libc.unshare(_CLONE_NEWNS) != 0:
+        return f"off: unshare: {_err()}"
+    if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        return f"off: making mounts private: {_err()}"
+    for d in dirs:
+        if libc.mount(b"tmpfs", d.encode(), b"tmpfs", 0, b"size=64k,mode=0000") != 0:
+            return f"off: hiding {d}: {_err()}"
+    return f"on ({len(dirs)} dir(s) hidden)"
 
 
 def _limits(c: Confinement) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.multiprocessing
 
 from services.common.shapes import Shape
 from services.common.tensors import encode
@@ -69,6 +70,9 @@ def hardware_name(device: torch.device) -> str:
 
 class Harness:
     def __init__(self, spec: HarnessSpec, progress: Callable[[str], None]) -> None:
+        # tensors sent to sandboxes travel shared; CPU ones by shared-memory name, not through a socket
+        # the sandbox would connect to (it cannot: its mount namespace hides our multiprocessing sockets)
+        torch.multiprocessing.set_sharing_strategy("file_system")
         self.spec, self.progress = spec, progress
         self.start_stages: dict[str, float] = {}
         self._stage_began = time.perf_counter()

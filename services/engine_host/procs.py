@@ -10,6 +10,7 @@ travel shared (not copied) when the sender imported torch.multiprocessing (harne
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -50,8 +51,12 @@ def death(exitcode: int | None) -> str:
 
 
 class Child:
-    def __init__(self, target: Callable[..., None], args: tuple[Any, ...], name: str, daemon: bool = True) -> None:
+    def __init__(self, target: Callable[..., None], args: tuple[Any, ...], name: str, daemon: bool = True,
+                 context: Any = None, own_authkey: bool = False) -> None:
         self.target, self.args, self.name, self.daemon = target, args, name, daemon
+        self.context = context  # a multiprocessing context; None: spawn
+        # a child that must not authenticate to its parent's multiprocessing listeners (a sandbox)
+        self.own_authkey = own_authkey
         self.process: Any = None
         self.conn: Connection | None = None
         self.ready: Any = None
@@ -70,9 +75,11 @@ class Child:
         outlives the child: a child that dies with its parent (PR_SET_PDEATHSIG) follows the thread
         that started it."""
         self._began = time.perf_counter()
-        ctx = mp.get_context("spawn")
+        ctx = self.context or mp.get_context("spawn")
         parent, child = ctx.Pipe(duplex=True)
         self.process = ctx.Process(target=self.target, args=(child, *self.args), daemon=self.daemon, name=self.name)
+        if self.own_authkey:
+            self.process.authkey = os.urandom(32)
         self.process.start()
         child.close()
         self.conn = parent

@@ -7,8 +7,8 @@ output slabs, generate, run decode steps. It never times, compares or reports an
 a verdict: the harness reads the buffers and keeps the clock. The same program serves as the live
 engine, so a kernel cannot tell being checked from being served by the program it runs in.
 
-This module imports nothing heavy at the top: the spawned child unpickles its target from here
-before it is confined.
+Sandboxes are forked from a fork server (sandboxes.py) that imported torch and this code and ran
+nothing else; the child confines itself before it touches the device or any candidate.
 """
 
 from __future__ import annotations

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import multiprocessing as mp
 import os
 import shutil
 import signal
+import tempfile
 import threading
 from dataclasses import dataclass, replace
-from multiprocessing import resource_tracker
+from multiprocessing import forkserver, resource_tracker
+from multiprocessing import util as mp_util
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +44,32 @@ class SandboxSettings:
 
 
 _SANDBOX_PIDS: set[int] = set()  # every sandbox this process started and has not closed
+_CONTEXT: Any = None
+# Every harness on the machine keeps its multiprocessing sockets (the fork server's above all) below
+# this root, and every sandbox hides the whole root: no sandbox reaches any harness's fork server.
+MP_ROOT = Path("/tmp/polymorph-mp")
+
+
+def sandbox_context() -> Any:
+    """Sandboxes are forked from a fork server that imported torch and the sandbox's own code once and
+    never ran anything else (multiprocessing's forkserver): a new sandbox costs a fork, not an
+    interpreter start and a torch import. The server initialises no device: each child does that
+    itself, after it confined itself. Its listening socket lives below MP_ROOT, which every sandbox
+    hides behind an empty tmpfs in its own mount namespace (containment.py), and without capabilities
+    no sandbox can take the path through another process's /proc/<pid>/root: a sandbox cannot ask a
+    fork server for an unconfined process."""
+    global _CONTEXT
+    if _CONTEXT is None:
+        MP_ROOT.mkdir(mode=0o700, exist_ok=True)
+        tempdir = tempfile.mkdtemp(prefix="pymp-", dir=MP_ROOT)
+        mp_util.Finalize(None, shutil.rmtree, args=[tempdir, True], exitpriority=-100)
+        mp.process.current_process()._config["tempdir"] = tempdir  # where its listening sockets go
+        _CONTEXT = mp.get_context("forkserver")
+        _CONTEXT.set_forkserver_preload(["services.engine_host.forkserver_guard", "torch",
+                                         "services.engine_host.sandbox", "services.engine_host.sandbox_server"])
+    return _CONTEXT
+
+
 _LAUNCH = threading.Lock()  # a sandbox being launched is registered before anyone looks for strays
 
 
@@ -53,7 +82,8 @@ def stray_children() -> set[int]:
 
 def _strays() -> set[int]:
     me, ours = os.getpid(), set(_SANDBOX_PIDS)
-    helpers = {getattr(getattr(resource_tracker, "_resource_tracker", None), "_pid", None)}
+    helpers = {getattr(getattr(resource_tracker, "_resource_tracker", None), "_pid", None),
+               getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)}
     out = set()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) not in ours and int(entry.name) not in helpers:
@@ -61,9 +91,18 @@ def _strays() -> set[int]:
                 stat = (entry / "stat").read_text()
             except OSError:
                 continue
-            if int(stat[stat.rindex(")") + 2:].split()[1]) == me:
+            if int(stat[stat.rindex(")") + 2:].split()[1]) == me and not _is_shm_manager(entry):
                 out.add(int(entry.name))
     return out
+
+
+def _is_shm_manager(proc: Path) -> bool:
+    """torch's shared-memory manager (started by this process when it first shares a CPU tensor by
+    name): told by the binary it runs, which an orphan can only match by becoming one."""
+    try:
+        return os.readlink(proc / "exe").endswith("/torch_shm_manager")
+    except OSError:
+        return False
 
 
 class Sandbox:
@@ -73,9 +112,11 @@ class Sandbox:
         n = next(self._serial)
         self.label = label
         self.work_dir = Path(settings.root) / f"{os.getpid()}-{n}"
-        confinement = Confinement(str(self.work_dir), threads=settings.threads, skip=settings.relax)
+        confinement = Confinement(str(self.work_dir), threads=settings.threads, skip=settings.relax,
+                                  hide=(str(MP_ROOT),))
         spec = SandboxSpec(settings.device, settings.threads, confinement, label)
-        self.child = Child(sandbox_main, (spec,), f"sandbox-{label}-{n}")
+        self.child = Child(sandbox_main, (spec,), f"sandbox-{label}-{n}", context=sandbox_context(),
+                           own_authkey=True)
         self.jit_timeout_s = settings.jit_timeout_s
         self.measures: dict[str, str] = {}
         self.model_attached = False

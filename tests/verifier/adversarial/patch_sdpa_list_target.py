@@ -1,5 +1,5 @@
-# expect: random
-# dynamic: random
+# expect: benchmark|random
+# dynamic: benchmark|random
 # family: import_patch
 """Replaces torch.nn.functional.scaled_dot_product_attention for the whole process through a list
 assignment target (`[F][0].x = ...` has no name at its root for a rule to match), so the reference
