@@ -159,7 +159,7 @@ def code(op: str, src: str) -> CandidateCode:
 def bench_row(out: Any) -> dict[str, Any]:
     return {"status": str(out.status), "speedup": out.speedup, "lo": out.speedup_lo, "hi": out.speedup_hi,
             "aa_spread": out.aa_spread, "reason": out.reason[:300], "checked_calls": out.checked_calls,
-            "timed_calls": out.timed_calls, "per_group": out.per_group}
+            "timed_calls": out.timed_calls, "per_group": out.per_group, "phases": out.phases}
 
 
 def rank_candidates() -> list[tuple[str, str]]:

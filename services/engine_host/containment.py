@@ -230,36 +230,31 @@ def _landlock(libc: ctypes.CDLL, work: Path, network: bool) -> str:
     return f"on (ABI {abi}: {', '.join(parts)})"
 
 
-def _process_table() -> dict[int, tuple[int, int]]:
-    """pid → (parent pid, session id) of every live process."""
-    table = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm)": state ppid pgrp session ...
-        table[int(entry.name)] = (int(fields[1]), int(fields[3]))
-    return table
+def children(pid: int) -> list[int]:
+    """The live children of a process, from /proc/<pid>/task/*/children (no scan of every process)."""
+    out: list[int] = []
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                out.extend(int(c) for c in (task / "children").read_text().split())
+            except OSError:
+                continue
+    except OSError:
+        pass
+    return out
 
 
 def family(pid: int, strays: set[int] | None = None) -> list[int]:
-    """A sandbox, its descendants, its session, and `strays` (orphans reparented to the harness)
+    """A sandbox, its descendants, and `strays` (orphans reparented to the harness, its subreaper)
     with their descendants."""
-    table = _process_table()
-    children: dict[int, list[int]] = {}
-    for p, (ppid, _) in table.items():
-        children.setdefault(ppid, []).append(p)
-    roots = [pid, *(strays or ()), *(p for p, (_, sid) in table.items() if sid == pid)]
+    roots = [pid, *(strays or ())]
     seen: set[int] = set()
     while roots:
         p = roots.pop()
-        if p in seen or p not in table:
+        if p in seen:
             continue
         seen.add(p)
-        roots.extend(children.get(p, ()))
+        roots.extend(children(p))
     return sorted(seen)
 
 

@@ -114,23 +114,33 @@ def benchmark(h: Harness, cmd: BenchmarkCmd) -> BenchmarkReport:
                             "shapes": tuple(s.key for s in shapes)}
     settings = h.timing if cmd.rounds <= 0 else replace(h.timing, rounds=cmd.rounds)
     seed = zlib.crc32(cand.candidate_id.encode())
+    phases: dict[str, float] = {}
+    began = time.perf_counter()
     try:
         box, loaded = h.candidate_box(cand, OPS[op].kind == "region", h.model.max_batch)
     except ChildFailure as failure:
         return BenchmarkReport(failure.status, f"{failure.reason}; sandbox discarded", **base)
+    phases["sandbox_and_load"] = time.perf_counter() - began
     if loaded.status != Status.OK:
         h.release(box)
         return BenchmarkReport(loaded.status, loaded.error, **base)
+    mark = time.perf_counter()
     items = work_items(h, op, shapes, seed)
+    phases["inputs"] = time.perf_counter() - mark
     session = Session(items, reference_for(h, op), h.model, h.device, seed, h.spec.candidate_timeout_s)
     report: BenchmarkReport
     try:
+        mark = time.perf_counter()
         for item in items:  # quick check before any timing: every captured set, one random set
             session.check(box, item, list(range(len(item.bases))) if item.key.startswith("captured:") else [0])
             h.progress(f"checked {item.key}")  # a slow first call (torch.compile) is not a hang
+        phases["check_incl_jit"] = time.perf_counter() - mark
+        mark = time.perf_counter()
         incumbent = RemoteRunner(session, h.live, checked=False, rivals=(box,))
         candidate = RemoteRunner(session, box, checked=True, rivals=(h.live,))
         result = compare(incumbent, candidate, items, settings, h.progress)
+        phases["timing"] = time.perf_counter() - mark
+        phases["timing_in_calls"] = incumbent.in_calls_s + candidate.in_calls_s
     except CandidateFailed as failed:
         report = BenchmarkReport(failed.status, failed.reason, **base)
     except ChildFailure as failure:
@@ -145,11 +155,13 @@ def benchmark(h: Harness, cmd: BenchmarkCmd) -> BenchmarkReport:
             Status.OK, **base, incumbent=_stats(result.incumbent), candidate=_stats(result.candidate),
             aa_spread=result.aa_spread, speedup=result.speedup, speedup_lo=result.speedup_lo,
             speedup_hi=result.speedup_hi, per_item=result.per_item, per_group=result.per_group,
-            checked_calls=session.checked, timed_calls=session.timed)
+            checked_calls=session.checked, timed_calls=session.timed, phases=phases)
     finally:
         h.live.thaw()
         session.release([h.live])
+    mark = time.perf_counter()
     why = h.release(box)
+    phases["release"] = time.perf_counter() - mark
     return BenchmarkReport(Status.WRONG_OUTPUT, why, **base) if why else report
 
 

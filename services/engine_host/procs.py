@@ -12,7 +12,9 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import sys
 import time
+import types
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
@@ -80,7 +82,14 @@ class Child:
         self.process = ctx.Process(target=self.target, args=(child, *self.args), daemon=self.daemon, name=self.name)
         if self.own_authkey:
             self.process.authkey = os.urandom(32)
-        self.process.start()
+            # nor re-run our __main__ before its target (what spawn and forkserver children do first)
+            main, sys.modules["__main__"] = sys.modules["__main__"], types.ModuleType("__main__")
+            try:
+                self.process.start()
+            finally:
+                sys.modules["__main__"] = main
+        else:
+            self.process.start()
         child.close()
         self.conn = parent
 

@@ -139,6 +139,7 @@ class BenchmarkReport:
     per_group: dict[str, dict[str, float]] = field(default_factory=dict)
     checked_calls: int = 0  # timed calls whose outputs the harness checked after timing
     timed_calls: int = 0
+    phases: dict[str, float] = field(default_factory=dict)  # seconds: sandbox, load, inputs, check, timing
 
 
 @dataclass(frozen=True)

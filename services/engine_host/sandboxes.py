@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from services.common.log import get_logger
-from services.engine_host.containment import Confinement, signal_all
+from services.engine_host.containment import Confinement, children, signal_all
 from services.engine_host.procs import Child
 from services.engine_host.protocol import Calls, Exit, SandboxSpec
 from services.engine_host.sandbox import sandbox_main
@@ -81,19 +81,11 @@ def stray_children() -> set[int]:
 
 
 def _strays() -> set[int]:
-    me, ours = os.getpid(), set(_SANDBOX_PIDS)
+    ours = set(_SANDBOX_PIDS)
     helpers = {getattr(getattr(resource_tracker, "_resource_tracker", None), "_pid", None),
                getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)}
-    out = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) not in ours and int(entry.name) not in helpers:
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat[stat.rindex(")") + 2:].split()[1]) == me and not _is_shm_manager(entry):
-                out.add(int(entry.name))
-    return out
+    return {p for p in children(os.getpid())
+            if p not in ours and p not in helpers and not _is_shm_manager(Path(f"/proc/{p}"))}
 
 
 def _is_shm_manager(proc: Path) -> bool:
