@@ -117,9 +117,12 @@ async def test_cheats_never_ship_and_honest_kernels_and_regions_do(stack) -> Non
     outcome = {case.name: _stage(benches[c.candidate_id], verdicts.get(c.candidate_id), c.candidate_id in promoted)
                for case, c in zip(order, cands, strict=True)}
     for name in CHEATS:
+        case = by_name[name]
+        # the loop benchmarks before it verifies: a cheat the static checks would stop may be stopped
+        # by the benchmark first (at its `dynamic` stage)
+        allowed = case.expected | (case.dynamic_stages & {"load", "benchmark"} if "static" in case.expected else set())
         assert outcome[name] != "promoted", f"{name} was promoted"
-        assert outcome[name] in by_name[name].expected, (name, outcome[name], verdicts.get(candidate_id(
-            by_name[name].op, by_name[name].source)))
+        assert outcome[name] in allowed, (name, outcome[name], verdicts.get(candidate_id(case.op, case.source)))
     for name in HONEST:
         assert outcome[name] in ("promoted", "not_promoted"), (name, outcome[name])
     assert outcome["rope_complex"] == "promoted"  # 4-8x on a CPU: one complex multiply

@@ -27,7 +27,7 @@ from tests.verifier.helpers import MODEL, EngineHost, candidate
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(2400)]
 
-SETTINGS = CascadeSettings(e2e_steps=8, e2e_prompts=2, extra_calls=3000, extra_s=15.0)
+SETTINGS = CascadeSettings(e2e_steps=8, e2e_prompts=2, extra_calls=2000, extra_s=15.0)
 SHAPES = [ev.ShapeBucket(phase=ev.PHASE_DECODE, batch_size=1, context_len=64, weight=0.6),
           ev.ShapeBucket(phase=ev.PHASE_DECODE, batch_size=4, context_len=96, weight=0.4)]
 
@@ -92,7 +92,7 @@ async def outcomes(engine: EngineClient) -> dict[str, tuple[str, str]]:
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_every_cheat_fails_or_is_never_promoted_without_static_checks(outcomes, case: Case) -> None:
+async def test_every_cheat_fails_or_is_never_promoted_without_static_checks(outcomes, case: Case) -> None:
     stage, reason = outcomes[case.name]
     assert stage != "promoted", f"{case.name} would be promoted: {reason}"
     assert stage in case.dynamic_stages, f"{case.name}: stopped at {stage} ({reason}), expected {case.dynamic}"
@@ -100,7 +100,7 @@ def test_every_cheat_fails_or_is_never_promoted_without_static_checks(outcomes, 
 
 
 @pytest.mark.parametrize("case", HONEST_CASES, ids=lambda c: c.name)
-def test_no_honest_rewrite_is_rejected(outcomes, case: Case) -> None:
+async def test_no_honest_rewrite_is_rejected(outcomes, case: Case) -> None:
     stage, reason = outcomes[case.name]
     assert stage in ("promoted", "not_promoted"), f"{case.name} rejected at {stage}: {reason}"
 
