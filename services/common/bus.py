@@ -254,7 +254,7 @@ class Bus:
 def _error_reply(reply_type: type[R], error: str) -> R:
     reply = reply_type()
     if "error" in reply.DESCRIPTOR.fields_by_name:
-        reply.error = error  # type: ignore[attr-defined]
+        reply.error = error
     return reply
 
 

@@ -6,6 +6,7 @@ the typed reader they all share, so every variable is named `POLYMORPH_*` and pa
 
 from __future__ import annotations
 
+import builtins
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,21 +35,21 @@ class Env:
         value = self._raw(name)
         return default if value is None else value
 
-    def int(self, name: str, default: int) -> int:
+    def int(self, name: builtins.str, default: int) -> int:
         value = self._raw(name)
         try:
             return default if value is None else int(value)
         except ValueError as exc:
             raise ConfigError(f"{PREFIX}{name}={value!r} is not an integer") from exc
 
-    def float(self, name: str, default: float) -> float:
+    def float(self, name: builtins.str, default: float) -> float:
         value = self._raw(name)
         try:
             return default if value is None else float(value)
         except ValueError as exc:
             raise ConfigError(f"{PREFIX}{name}={value!r} is not a number") from exc
 
-    def bool(self, name: str, default: bool) -> bool:
+    def bool(self, name: builtins.str, default: bool) -> bool:
         value = self._raw(name)
         if value is None:
             return default
@@ -58,10 +59,10 @@ class Env:
             return False
         raise ConfigError(f"{PREFIX}{name}={value!r} is not a boolean")
 
-    def path(self, name: str, default: Path) -> Path:
+    def path(self, name: builtins.str, default: Path) -> Path:
         return Path(self.str(name, str(default)))
 
-    def optional(self, name: str) -> str | None:
+    def optional(self, name: builtins.str) -> builtins.str | None:
         return self._raw(name)
 
 

@@ -38,7 +38,7 @@ class Database:
         self.path = path
         self.staging_dir = staging_dir
         self._lockdown = lockdown
-        self._config = {"threads": threads, "memory_limit": memory_limit}
+        self._config: dict[str, str | int] = {"threads": threads, "memory_limit": memory_limit}
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="registry-writer")
         self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="registry-reader")
         self._con: duckdb.DuckDBPyConnection | None = None

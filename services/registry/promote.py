@@ -95,7 +95,7 @@ def _utc_unix(naive_utc: datetime) -> float:
     return naive_utc.replace(tzinfo=UTC).timestamp()
 
 
-def _backend_enum(backend: str | None) -> int:
+def _backend_enum(backend: str | None) -> ev.Backend:
     try:
         return ev.Backend.Value(f"BACKEND_{(backend or '').upper()}")
     except ValueError:

@@ -120,8 +120,9 @@ def store_verdict(con: duckdb.DuckDBPyConnection, v: ev.Verdict, meta: Meta) -> 
     _names(con, meta, model=v.model, hardware=v.hardware)
     record_event(con, v, meta)
 
-    status, decision = con.execute("SELECT status, decision FROM verdicts WHERE candidate_id = ?",
-                                   [v.candidate_id]).fetchone()
+    stored = con.execute("SELECT status, decision FROM verdicts WHERE candidate_id = ?", [v.candidate_id]).fetchone()
+    assert stored is not None, "the verdict row was written above"
+    status, decision = stored
     if status == "failed":
         reason = f"verdict failed at {v.failed_stage or 'unknown stage'}: {v.reason}"
         if promote.demote(con, v.candidate_id, reason, meta.received_at):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from services.common.config import CommonSettings, Env
 
@@ -62,11 +63,11 @@ class DetectorConfig:
     @classmethod
     def from_env(cls, env: Env) -> DetectorConfig:
         d = cls()
-        values = {}
+        values: dict[str, Any] = {}  # each field's type is its default's: int or float
         for name in cls.__dataclass_fields__:
             default = getattr(d, name)
             reader = env.int if isinstance(default, int) else env.float
-            values[name] = reader(P + name.upper(), default)  # type: ignore[operator]
+            values[name] = reader(P + name.upper(), default)
         return cls(**values)
 
 

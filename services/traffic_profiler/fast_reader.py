@@ -165,7 +165,7 @@ def _records(table: pa.Table, m, units: dict[str, float]) -> Iterator[Record]:
         t = t - t[0]
     prompt, output = _tokens(_column(table, m.prompt)), _tokens(_column(table, m.output))
     cached = cached_null = None
-    if m.cached is not None and not pa.types.is_null((col := _column(table, m.cached)).type):
+    if (col := _column(table, m.cached)) is not None and not pa.types.is_null(col.type):
         cached, cached_null = _tokens(col, nullable=True), col.is_null().to_numpy(zero_copy_only=False)
     hashes = _lists(_column(table, m.hashes))
     experts = _lists(_column(table, m.experts), negative_ok=False)

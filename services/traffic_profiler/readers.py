@@ -84,11 +84,12 @@ NATIVE = ColumnMapping(arrival="arrival_s", prompt="prompt_tokens", output="outp
 def detect_mapping(columns: set[str]) -> ColumnMapping:
     for preset in (AZURE, MOONCAKE, NATIVE):
         if {preset.arrival, preset.prompt, preset.output} <= columns:
-            optional = {
-                name: getattr(preset, name) if getattr(preset, name) in columns else None
-                for name in ("cached", "hashes", "experts", "tag", "model", "request_id")
-            }
-            return replace(preset, **optional)
+            def present(column: str | None) -> str | None:
+                return column if column in columns else None
+
+            return replace(preset, cached=present(preset.cached), hashes=present(preset.hashes),
+                           experts=present(preset.experts), tag=present(preset.tag), model=present(preset.model),
+                           request_id=present(preset.request_id))
     raise ValueError(
         f"unknown trace format (columns {sorted(columns)[:12]}); pass a column mapping such as "
         "'arrival=ts:ms,prompt=input_tokens,output=output_tokens'"

@@ -20,6 +20,7 @@ import math
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich import box
 from rich.console import Console
@@ -30,7 +31,9 @@ from services.traffic_profiler.detector import LENGTHS
 from services.traffic_profiler.offline import TraceProfile, profile_trace
 from services.traffic_profiler.readers import ColumnMapping
 
-COMPACT = {"box": box.SIMPLE_HEAD, "pad_edge": False, "collapse_padding": True}  # tables that fit 80 columns
+if TYPE_CHECKING:
+    from matplotlib.typing import LineStyleType
+
 METRIC_COLOURS = {"prompt_tokens": "tab:red", "output_tokens": "tab:orange", "arrival_rate": "tab:blue",
                   "prefix_hit_rate": "tab:green", "expert_load": "tab:purple", "tag_mix": "tab:brown"}
 
@@ -102,7 +105,7 @@ def to_json(result: TraceProfile) -> dict:
 def print_tables(result: TraceProfile, console: Console) -> None:
     title = f"{result.path.name}: {result.records} records, {result.malformed} malformed"
     # two-line headers, no vertical rules: the nine columns fit an 80-column terminal whole
-    windows = Table(title=title + " (one row per minute of trace time)", **COMPACT)
+    windows = _compact_table(title + " (one row per minute of trace time)")
     for col in ("t\n(min)", "requests", "prompt\np50", "prompt\np90", "output\np50", "req/s", "burst-\niness",
                 "hit\nrate", "concur-\nrency"):
         windows.add_column(col, justify="right", no_wrap=True)
@@ -113,7 +116,7 @@ def print_tables(result: TraceProfile, console: Console) -> None:
                         f"{p.output.p50:.0f}", f"{p.arrival_rate:.2f}", f"{p.burstiness:.1f}",
                         "-" if p.prefix_hit_rate is None else f"{p.prefix_hit_rate:.2f}", f"{p.concurrency:.1f}")
     console.print(windows)
-    changes = Table(title="detected changes", **COMPACT)
+    changes = _compact_table("detected changes")
     for col in ("t (s)", "since (s)", "metric", "before", "after", "KS", "PSI", "drift"):
         changes.add_column(col, justify="right", no_wrap=True)
     for c in result.changes():
@@ -126,6 +129,12 @@ def print_tables(result: TraceProfile, console: Console) -> None:
         console.print(f"[yellow]malformed: {error}[/yellow]")
 
 
+
+def _compact_table(title: str) -> Table:
+    """A table that fits 80 columns."""
+    return Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+
+
 def write_plot(result: TraceProfile, path: Path) -> None:
     import matplotlib
 
@@ -134,7 +143,7 @@ def write_plot(result: TraceProfile, path: Path) -> None:
 
     rows = window_rows(result)
     minutes = [r["t_s"] / 60 for r in rows]
-    panels = [
+    panels: list[tuple[str, list[tuple[str, str, LineStyleType]], bool]] = [
         ("prompt tokens", [("p50", "prompt_p50", "-"), ("p90", "prompt_p90", ":")], True),
         ("output tokens", [("p50", "output_p50", "-"), ("p90", "output_p90", ":")], True),
         ("requests / s", [("rate", "arrival_rate", "-")], False),
@@ -160,8 +169,8 @@ def write_plot(result: TraceProfile, path: Path) -> None:
     seen = sorted({c["metric"] for c in result.changes()})
     changes = [plt.Line2D([], [], color=METRIC_COLOURS.get(m, "black"), linestyle="--", label=f"change: {m}")
                for m in seen]
-    series = [plt.Line2D([], [], color="black", linestyle=style, label=name) for name, _, style in panels[0][1]]
-    axes[0].legend(handles=series + changes, loc="upper left", fontsize=8)
+    styles = [plt.Line2D([], [], color="black", linestyle=style, label=name) for name, _, style in panels[0][1]]
+    axes[0].legend(handles=styles + changes, loc="upper left", fontsize=8)
     axes[-1].set_xlabel("trace time (minutes)")
     events = len(result.drifts)
     fig.suptitle(f"{result.path.name}: {result.config.window_s:.0f} s windows, "

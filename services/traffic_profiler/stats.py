@@ -27,8 +27,8 @@ class Summary:
     def of(cls, values: np.ndarray) -> Summary:
         if values.size == 0:
             return cls(0.0, 0.0, 0.0, 0.0, 0.0)
-        q = np.quantile(values, QUANTILES)
-        return cls(*(float(v) for v in q), float(values.mean()))
+        p10, p50, p90, p99 = (float(v) for v in np.quantile(values, QUANTILES))
+        return cls(p10, p50, p90, p99, float(values.mean()))
 
 
 def log_histogram(values: np.ndarray) -> np.ndarray:

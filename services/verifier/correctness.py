@@ -26,7 +26,7 @@ class EngineProtocolError(Exception):
     """The engine answered something the contract does not allow (not the candidate's fault)."""
 
 
-def status_failure(status: int, error: str) -> str | None:
+def status_failure(status: es.RunStatus, error: str) -> str | None:
     """None for RUN_STATUS_OK, else the reason the run failed."""
     if status == es.RUN_STATUS_OK:
         return None

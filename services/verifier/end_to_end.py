@@ -8,6 +8,7 @@ model produces, interactions with the KV cache and the other slots.
 from __future__ import annotations
 
 import random
+from functools import partial
 
 import torch
 
@@ -37,11 +38,11 @@ async def check_end_to_end(engine: EngineClient, candidate: ev.Candidate, *, ste
     worst_rel = worst_abs = 0.0
     for index, prompt in enumerate(prompts):
         label = f"prompt {index} ({len(prompt)} tokens)"
-        common = {"prompt": prompt, "steps": steps, "tier": es.TIER_SLOW, "return_logits": True}
-        ref = await engine.generate(es.GenerateRequest(**common, reference_only=True))
+        request = partial(es.GenerateRequest, prompt=prompt, steps=steps, tier=es.TIER_SLOW, return_logits=True)
+        ref = await engine.generate(request(reference_only=True))
         if ref.status != es.RUN_STATUS_OK:  # the reference failing is the engine's problem: retry later
             raise EngineUnavailable(f"reference Generate failed: {status_failure(ref.status, ref.error)}")
-        got = await engine.generate(es.GenerateRequest(**common, overrides=[candidate]))
+        got = await engine.generate(request(overrides=[candidate]))
         reason = status_failure(got.status, got.error)
         if reason:
             return failed(STAGE, f"{label}: {reason}")

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import ast
 import re
+from typing import TYPE_CHECKING
 
 from proto.gen.polymorph.v1 import events_pb2 as ev
 from services.agent_pool.agents.base import SlotContext
 from services.agent_pool.library import reference_source
 from services.common.slot_specs import BACKENDS, SLOTS
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam
 
 ALLOWED_IMPORTS = {"torch", "math", "triton", "typing", "functools", "__future__"}
 MAX_NOTES = 12
@@ -33,7 +37,7 @@ def _shape_line(b: ev.ShapeBucket) -> str:
     return f"- {phase}: batch {b.batch_size}, context {b.context_len}, weight {b.weight:.2f}"
 
 
-def build_messages(ctx: SlotContext, rejections: list[str]) -> list[dict[str, str]]:
+def build_messages(ctx: SlotContext, rejections: list[str]) -> list[ChatCompletionMessageParam]:
     spec = SLOTS[ctx.slot]
     best = ctx.best
     incumbent = (
