@@ -16,10 +16,10 @@ from services.common.log import configure_logging
 DEFAULT_TRACE = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "mooncake_synthetic_trace.jsonl"
 
 
-def _nats_url(args: argparse.Namespace) -> str:
+def _nats_url(args: argparse.Namespace, identity: str = "operator") -> str:
     from services.console.stack import resolve_nats_url
 
-    return resolve_nats_url(args.nats or Env.current().optional("NATS_URL"), args.data_dir)
+    return resolve_nats_url(args.nats or Env.current().optional("NATS_URL"), args.data_dir, identity)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -104,7 +104,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if not Path(args.trace).is_file():
         print(f"error: no trace file at {args.trace}", file=sys.stderr)
         return 2
-    url = _nats_url(args)
+    url = _nats_url(args, "traffic")  # a replay publishes traffic and nothing else
 
     async def replay():  # checked first: the replay's own connection retries forever, as services do
         await client.ensure_reachable(url)

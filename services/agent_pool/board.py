@@ -36,7 +36,7 @@ class Board:
         config = ConsumerConfig(
             ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL, inactive_threshold=60.0
         )
-        sub = await self.bus.js.pull_subscribe(ALL_NOTES, stream="LOOP", config=config)
+        sub = await self.bus.js.pull_subscribe(ALL_NOTES, stream=subjects.stream_for(ALL_NOTES), config=config)
         info = await sub.consumer_info()
         try:
             if info.num_pending == 0:
@@ -55,7 +55,7 @@ class Board:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
             with contextlib.suppress(Exception):  # it would expire by itself after inactive_threshold
-                await self.bus.js.delete_consumer("LOOP", info.name)
+                await self.bus.js.delete_consumer(subjects.stream_for(ALL_NOTES), info.name)
 
     async def _on_live(self, note: ev.BoardNote) -> None:
         self.add(note)

@@ -73,7 +73,9 @@ class Bus:
         self._stopping = asyncio.Event()
 
     @classmethod
-    async def connect(cls, url: str, name: str) -> Bus:
+    async def connect(cls, url: str, name: str, *, manage_streams: bool = True) -> Bus:
+        """Connect (credentials ride in the URL: nats://user:password@host:port). `manage_streams`:
+        create or update the streams; identities that only publish (traffic) leave that to services."""
         async def on_error(exc: Exception) -> None:
             log.warning("nats error", service=name, error=str(exc))
 
@@ -85,7 +87,8 @@ class Bus:
             error_cb=on_error,
         )
         bus = cls(nc, name)
-        await bus.ensure_streams()
+        if manage_streams:
+            await bus.ensure_streams()
         return bus
 
     async def ensure_streams(self) -> None:

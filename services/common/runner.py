@@ -13,6 +13,7 @@ from typing import Protocol
 
 from services.common.bus import Bus
 from services.common.config import CommonSettings, Env
+from services.common.identities import redact
 from services.common.log import configure_logging, get_logger
 
 
@@ -32,7 +33,7 @@ async def serve_forever(service: Service, common: CommonSettings) -> None:
         loop.add_signal_handler(sig, stop.set)
     bus = await Bus.connect(common.nats_url, service.name)
     await service.start(bus)
-    log.info("service started", service=service.name, nats=common.nats_url)
+    log.info("service started", service=service.name, nats=redact(common.nats_url))
     await stop.wait()
     log.info("service stopping", service=service.name)
     await bus.close()  # finish in-flight handlers first, so their acks still go out

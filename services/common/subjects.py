@@ -36,14 +36,36 @@ class Stream:
     max_age_s: float
 
 
-# Traffic is high-volume and only useful recently; the loop's own events are the system of record
-# until the registry has stored them.
+# One stream per publishing identity (identities.py): JetStream de-duplicates message ids per stream,
+# so with a stream of its own no identity can pre-empt another's ids. Traffic is high-volume and only
+# useful recently; the loop's own events are the system of record until the registry has stored them.
+_WEEK = 7 * 24 * 3600
 STREAMS: tuple[Stream, ...] = (
     Stream("TRAFFIC", (TRAFFIC_REQUESTS,), max_bytes=256 * 2**20, max_age_s=24 * 3600),
-    Stream(
-        "LOOP",
-        ("traffic.drift", "campaigns.>", "candidates.>", "kernel.>", f"{BOARD_PREFIX}.>"),
-        max_bytes=512 * 2**20,
-        max_age_s=7 * 24 * 3600,
-    ),
+    Stream("DRIFT", (TRAFFIC_DRIFT,), max_bytes=64 * 2**20, max_age_s=_WEEK),
+    Stream("CAMPAIGNS", ("campaigns.>", f"{BOARD_PREFIX}.>", CANDIDATES_PROPOSED), max_bytes=256 * 2**20,
+           max_age_s=_WEEK),
+    Stream("BENCHMARKED", (CANDIDATES_BENCHMARKED,), max_bytes=128 * 2**20, max_age_s=_WEEK),
+    Stream("VERIFIED", (CANDIDATES_VERIFIED,), max_bytes=128 * 2**20, max_age_s=_WEEK),
+    Stream("KERNELS", ("kernel.>",), max_bytes=64 * 2**20, max_age_s=_WEEK),
 )
+LEGACY_STREAMS = ("LOOP",)  # one stream for every loop subject, before the streams were split by publisher
+
+
+def subject_matches(pattern: str, subject: str) -> bool:
+    """NATS wildcards: '*' one token, '>' one or more trailing tokens."""
+    p, s = pattern.split("."), subject.split(".")
+    for i, token in enumerate(p):
+        if token == ">":
+            return len(s) > i
+        if i >= len(s) or (token != "*" and token != s[i]):
+            return False
+    return len(p) == len(s)
+
+
+def stream_for(subject: str) -> str:
+    """The stream that holds a subject ('' when none does)."""
+    for stream in STREAMS:
+        if any(subject_matches(pattern, subject) for pattern in stream.subjects):
+            return stream.name
+    return ""

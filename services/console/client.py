@@ -9,6 +9,7 @@ import nats
 from proto.gen.polymorph.v1 import events_pb2 as ev
 from services.common import subjects
 from services.common.bus import parse
+from services.common.identities import redact
 
 
 class StackUnavailable(RuntimeError):
@@ -31,7 +32,7 @@ async def connect_once(url: str) -> nats.NATS:
         return await asyncio.wait_for(attempt, timeout=5)
     except (Exception, asyncio.CancelledError) as exc:
         reason = failures[0] if failures else exc
-        raise StackUnavailable(f"cannot reach NATS at {url} ({type(reason).__name__}: {reason}); "
+        raise StackUnavailable(f"cannot reach NATS at {redact(url)} ({type(reason).__name__}: {reason}); "
                                "is `polymorph up` running?") from exc
 
 
@@ -44,7 +45,7 @@ async def _request(url: str, subject: str, payload: bytes, timeout_s: float) -> 
     try:
         reply = await nc.request(subject, payload, timeout=timeout_s)
     except nats.errors.NoRespondersError as exc:
-        raise StackUnavailable(f"nobody answers {subject} on {url}: is that service running?") from exc
+        raise StackUnavailable(f"nobody answers {subject} on {redact(url)}: is that service running?") from exc
     except nats.errors.TimeoutError as exc:
         raise StackUnavailable(f"{subject} did not answer within {timeout_s}s") from exc
     finally:

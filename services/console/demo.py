@@ -85,7 +85,7 @@ async def _run_loop(options: DemoOptions, stack: Stack, started: float, live: Li
     url = stack.nats_url
     live.update(_status_line("waiting for services", started))
     await _wait_ready(url, stack)
-    replay = asyncio.create_task(replay_trace(url, options.trace, options.speed, progress=False))
+    replay = asyncio.create_task(replay_trace(stack.url_for("traffic"), options.trace, options.speed, progress=False))
     replay_done_at: float | None = None
     while True:
         _raise_if_dead(stack)

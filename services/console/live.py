@@ -12,6 +12,7 @@ from pathlib import Path
 from rich.live import Live
 from rich.table import Table
 
+from services.common.identities import redact
 from services.console import progress
 from services.console.stack import Stack
 from services.console.term import make_console
@@ -73,7 +74,8 @@ def run_up(data_dir: Path) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     stack.start()
-    console.print(f"polymorph is up: NATS {stack.nats_url}, data in {data_dir}, logs in {stack.log_dir}")
+    console.print(f"polymorph is up: NATS {redact(stack.nats_url)}, data in {data_dir}, logs in {stack.log_dir}; "
+                  f"bus credentials (one per identity, mode 0600) in {stack.credentials_dir}")
     console.print("try: polymorph optimize --slots rope,rmsnorm   |   polymorph status --watch")
     tail = threading.Thread(target=follow_logs, args=(stack.log_dir, stop), daemon=True)
     tail.start()

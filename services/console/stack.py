@@ -1,11 +1,14 @@
 """The embedded stack: one nats-server and the five services as child processes on one machine.
 
 Used by `polymorph up`, `polymorph demo` and the integration tests (which SIGKILL and restart
-single services through it).
+single services through it). The server authenticates every client: each service connects as its own
+identity (services/common/identities.py) with credentials generated under the data dir; `nats_url`
+is the operator's (what the CLI uses), `url_for(identity)` any other's.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -15,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from services.common import identities, subjects
+from services.common.identities import Credentials
 from services.common.nats_server import EmbeddedNats
 
 SERVICES = ("registry", "engine_host", "verifier", "agent_pool", "traffic_profiler")
@@ -27,6 +32,7 @@ class Stack:
     services: tuple[str, ...] = SERVICES
     nats: EmbeddedNats | None = None
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    credentials: dict[str, Credentials] = field(default_factory=dict)
 
     @property
     def log_dir(self) -> Path:
@@ -37,14 +43,22 @@ class Stack:
         return self.data_dir / "nats.url"
 
     @property
-    def nats_url(self) -> str:
-        assert self.nats is not None, "stack not started"
-        return self.nats.url
+    def credentials_dir(self) -> Path:
+        return self.data_dir / "nats" / "credentials"
 
-    def service_env(self) -> dict[str, str]:
+    @property
+    def nats_url(self) -> str:
+        """The operator's URL (SQL, export, campaigns, discovery): what the CLI talks to."""
+        return self.url_for("operator")
+
+    def url_for(self, identity: str) -> str:
+        assert self.nats is not None, "stack not started"
+        return identities.with_credentials(self.nats.url, self.credentials[identity])
+
+    def service_env(self, name: str) -> dict[str, str]:
         env = dict(os.environ)
         env.update(
-            POLYMORPH_NATS_URL=self.nats_url,
+            POLYMORPH_NATS_URL=self.url_for(name),
             POLYMORPH_DATA_DIR=str(self.data_dir),
             POLYMORPH_LOG_FORMAT="json",
             PYTHONUNBUFFERED="1",
@@ -55,9 +69,13 @@ class Stack:
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(exist_ok=True)
-        self.nats = EmbeddedNats(self.data_dir / "nats")
+        self.credentials = identities.generate(self.credentials_dir)
+        _drop_legacy_streams(self.data_dir / "nats")
+        self.nats = EmbeddedNats(self.data_dir / "nats", credentials=self.credentials)
         self.nats.start()
-        self.url_file.write_text(self.nats_url)
+        fd = os.open(self.url_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds a password
+        with os.fdopen(fd, "w") as f:
+            f.write(self.nats_url)
         for name in self.services:
             self.start_service(name)
 
@@ -65,7 +83,7 @@ class Stack:
         with open(self.log_dir / f"{name}.log", "ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", f"services.{name}"],
-                env=self.service_env(),
+                env=self.service_env(name),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -115,11 +133,26 @@ class Stack:
         self.stop()
 
 
-def resolve_nats_url(explicit: str | None, data_dir: Path) -> str:
-    """The URL a CLI command talks to: --nats, POLYMORPH_NATS_URL, or a running `polymorph up`."""
+def _drop_legacy_streams(nats_dir: Path) -> None:
+    """A data dir from before the streams were split by publisher holds one LOOP stream whose subjects
+    overlap them all: its events are stored in the registry already; the stream goes."""
+    import shutil
+
+    for legacy in subjects.LEGACY_STREAMS:
+        shutil.rmtree(nats_dir / "js" / "$G" / "streams" / legacy, ignore_errors=True)
+
+
+def resolve_nats_url(explicit: str | None, data_dir: Path, identity: str = "operator") -> str:
+    """The URL a CLI command talks to: --nats, POLYMORPH_NATS_URL, or a running `polymorph up` in
+    `data_dir` (as `identity`: the operator, or `traffic` for a replay)."""
     if explicit:
         return explicit
     url_file = data_dir / "nats.url"
     if url_file.exists():
-        return url_file.read_text().strip()
+        url = url_file.read_text().strip()
+        creds = data_dir / "nats" / "credentials" / f"{identity}.json"
+        if identity != "operator" and creds.exists():
+            data = json.loads(creds.read_text())
+            url = identities.with_credentials(url, Credentials(data["user"], data["password"]))
+        return url
     return "nats://127.0.0.1:4222"

@@ -260,7 +260,7 @@ class Harness:
         check_op(cmd.op)
         self.installed.pop(cmd.op, None)  # first: a live engine restarted meanwhile comes back without it
         try:
-            return self.live_call(cmd)  # type: ignore[no-any-return]
+            return self.live_call(cmd)
         except ChildFailure as failure:
             return SwapReport(failure.status, f"live engine: {failure.reason}; restarted")
 
@@ -299,7 +299,7 @@ class Harness:
             return self._reference_generate(cmd)
         if not cmd.overrides:
             try:
-                return self.live_call(cmd)  # type: ignore[no-any-return]
+                return self.live_call(cmd)
             except ChildFailure as failure:
                 return GenerateReport(failure.status, f"live engine: {failure.reason}; restarted")
         return self._sandbox_generate(cmd)

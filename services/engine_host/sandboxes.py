@@ -63,7 +63,7 @@ def sandbox_context() -> Any:
         MP_ROOT.mkdir(mode=0o700, exist_ok=True)
         tempdir = tempfile.mkdtemp(prefix="pymp-", dir=MP_ROOT)
         mp_util.Finalize(None, shutil.rmtree, args=[tempdir, True], exitpriority=-100)
-        mp.process.current_process()._config["tempdir"] = tempdir  # where its listening sockets go
+        mp.process.current_process()._config["tempdir"] = tempdir  # type: ignore[attr-defined]  # its sockets go here
         _CONTEXT = mp.get_context("forkserver")
         _CONTEXT.set_forkserver_preload(["services.engine_host.forkserver_guard", "torch",
                                          "services.engine_host.sandbox", "services.engine_host.sandbox_server"])

@@ -24,7 +24,7 @@ from services.common.bus import Bus, Delivery, Poison, parse
 from services.common.config import CommonSettings, Env
 from services.common.grpc_server import mark_serving
 from services.common.log import get_logger
-from services.common.slot_specs import REGIONS, SLOTS
+from services.common.slot_specs import REGIONS, SLOTS, candidate_id
 from services.engine_host.config import EngineHostConfig
 from services.engine_host.engine import Engine
 from services.engine_host.grpc_api import SERVICE_NAME, build_server
@@ -136,6 +136,12 @@ class EngineHostService:
             raise Poison(f"candidate for model {candidate.model!r}; this host serves {self.model!r}")
         if not candidate.candidate_id:
             raise Poison("candidate has no candidate_id")
+        # the id keys every result this host keeps: one that is not the content hash could squat on a
+        # real candidate's id and have its (failed) result served in place of the real one's
+        expected = candidate_id(candidate.slot, candidate.source)
+        if candidate.candidate_id != expected:
+            raise Poison(f"candidate id {candidate.candidate_id} is not the content hash of its slot and source "
+                         f"({expected})")
         result = self.results.get(candidate.candidate_id)
         if result is None:
             result = await self.engine.benchmark(candidate, list(candidate.shapes))

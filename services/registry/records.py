@@ -51,24 +51,6 @@ def json_map(mapping: Any) -> str:
     return json.dumps(dict(mapping), separators=(",", ":"), sort_keys=True)
 
 
-def subject_matches(pattern: str, subject: str) -> bool:
-    """NATS wildcards: '*' one token, '>' one or more trailing tokens."""
-    p, s = pattern.split("."), subject.split(".")
-    for i, token in enumerate(p):
-        if token == ">":
-            return len(s) > i
-        if i >= len(s) or (token != "*" and token != s[i]):
-            return False
-    return len(p) == len(s)
-
-
-def stream_for(subject: str) -> str:
-    for stream in subjects.STREAMS:
-        if any(subject_matches(pattern, subject) for pattern in stream.subjects):
-            return stream.name
-    return ""
-
-
 # -- natural keys of the raw event log ----------------------------------------------------------
 def event_key(msg: Message) -> str:
     if isinstance(msg, ev.DriftEvent):

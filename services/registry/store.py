@@ -11,6 +11,7 @@ from datetime import datetime
 import duckdb
 
 from proto.gen.polymorph.v1 import events_pb2 as ev
+from services.common import subjects
 from services.common.log import get_logger
 from services.registry import promote, records
 from services.registry.records import Row
@@ -36,7 +37,7 @@ def insert(con: duckdb.DuckDBPyConnection, table: str, row: Row) -> None:
 
 def record_event(con: duckdb.DuckDBPyConnection, msg, meta: Meta) -> None:
     insert(con, "events", {
-        "subject": meta.subject, "key": records.event_key(msg), "stream": records.stream_for(meta.subject),
+        "subject": meta.subject, "key": records.event_key(msg), "stream": subjects.stream_for(meta.subject),
         "stream_seq": meta.stream_seq, "received_at": meta.received_at, "payload": records.message_json(msg),
     })
 

@@ -70,7 +70,7 @@ async def replay_trace(
 ) -> ReplayStats:
     """Publish the trace's records to traffic.requests; returns what was sent and what was skipped."""
     path = Path(path)
-    bus = await Bus.connect(nats_url, "traffic-replay")
+    bus = await Bus.connect(nats_url, "traffic-replay", manage_streams=False)
     try:
         return await _replay(bus, path, speed, limit, progress, mapping)
     finally:

@@ -9,6 +9,7 @@ from services.agent_pool.agents.search import distance
 from services.common import subjects
 from services.common.bus import Bus
 from tests.agent_pool.conftest import BUCKETS, Collector, FakeEngine, drift, result, wait_for
+from tests.helpers import consumer_info
 
 
 async def test_drift_starts_one_campaign_that_completes_on_budget(bus: Bus, pool) -> None:
@@ -116,7 +117,7 @@ async def test_malformed_payloads_are_terminated_and_the_pool_goes_on(bus: Bus, 
     await wait_for(lambda: len(engine.candidates) == 2)
     await asyncio.sleep(1.0)
     for durable in ("agent-pool-drift", "agent-pool-feedback"):
-        info = await bus.js.consumer_info("LOOP", durable)
+        info = await consumer_info(bus, durable)
         assert info.num_ack_pending == 0 and info.num_redelivered == 0 and info.num_pending == 0, durable
 
 

@@ -42,7 +42,7 @@ async def test_retry_then_success_and_poison_terminated(bus: Bus) -> None:
     await wait_for(lambda: attempts.get("flaky") == 2, timeout_s=15)
     await asyncio.sleep(1.5)
     assert attempts["bad"] == 1  # terminated, not redelivered
-    info = await bus.js.consumer_info("LOOP", "t2")
+    info = await bus.js.consumer_info(subjects.stream_for(subjects.CANDIDATES_PROPOSED), "t2")
     assert info.num_ack_pending == 0 and info.num_pending == 0
 
 
@@ -57,7 +57,7 @@ async def test_malformed_payload_is_terminated(bus: Bus) -> None:
     await bus.publish(subjects.CANDIDATES_PROPOSED, ev.Candidate(candidate_id="ok"))
     await wait_for(lambda: seen == ["ok"])
     await asyncio.sleep(0.5)
-    info = await bus.js.consumer_info("LOOP", "t3")
+    info = await bus.js.consumer_info(subjects.stream_for(subjects.CANDIDATES_PROPOSED), "t3")
     assert info.num_redelivered == 0 and info.num_ack_pending == 0
 
 

@@ -16,7 +16,7 @@ from services.common.config import CommonSettings, Env
 from services.common.grpc_server import channel
 from services.engine_host.service import EngineHostService, build
 from tests.engine_host import candidates as C
-from tests.helpers import wait_for
+from tests.helpers import consumer_info, wait_for
 
 SHAPES = [ev.ShapeBucket(phase=ev.PHASE_DECODE, batch_size=2, context_len=33, weight=1.0)]
 
@@ -42,7 +42,7 @@ async def idle_consumer(bus: Bus, durable: str, delivered: int, timeout_s: float
     """Wait until the consumer has seen `delivered` messages and has nothing pending or unacked."""
     deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
-        info = await bus.js.consumer_info("LOOP", durable)
+        info = await consumer_info(bus, durable)
         if info.delivered.stream_seq >= delivered and info.num_pending == 0 and info.num_ack_pending == 0:
             return info
         if asyncio.get_running_loop().time() > deadline:

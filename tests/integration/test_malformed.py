@@ -1,5 +1,6 @@
-"""Garbage on every subject of the real stack: each consumer terminates and logs it, none loops on it,
-and the stack still answers afterwards."""
+"""Garbage on every subject of the real stack, published with the very identity allowed to publish
+there (a buggy or compromised service): each consumer terminates and logs it, none loops on it, and
+the stack still answers afterwards. Any other identity cannot publish there at all."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import asyncio
 import nats
 import pytest
 
-from services.common import subjects
+from services.common import identities, subjects
 from services.console import client
 from tests.integration.conftest import wait_ready
 
@@ -32,14 +33,16 @@ GARBAGE = b"\xff\xfe not a protobuf \x00\x01"
 async def test_malformed_payloads_are_terminated_everywhere(stack) -> None:
     await wait_ready(stack)
     await asyncio.sleep(3)  # every service has created its consumers
+    for subject in DURABLE_SUBJECTS:
+        owner = await nats.connect(stack.url_for(identities.publisher_of(subject)))
+        await owner.jetstream().publish(subject, GARBAGE)
+        await owner.close()
     nc = await nats.connect(stack.nats_url)
     js = nc.jetstream()
-    for subject in DURABLE_SUBJECTS:
-        await js.publish(subject, GARBAGE)
 
     async def settled() -> list:
         consumers = []
-        for stream in ("TRAFFIC", "LOOP"):
+        for stream in (st.name for st in subjects.STREAMS):
             consumers += await js.consumers_info(stream)
         return consumers
 

@@ -104,7 +104,7 @@ async def test_cheats_never_ship_and_honest_kernels_and_regions_do(stack) -> Non
     order = [by_name[n] for n in (*CHEATS[:1], *HONEST, *CHEATS[1:])]
     cands = [_candidate(c.op, c.source, c.name) for c in order]
     region = _candidate("attn_block", ATTN_BLOCK_FAST, "attn_block_fast")
-    bus = await Bus.connect(stack.nats_url, "trust-test")
+    bus = await Bus.connect(stack.url_for("agent_pool"), "trust-test")  # as the agent pool would
     try:
         for cand in [*cands, region]:
             await bus.publish(subjects.CANDIDATES_PROPOSED, cand, msg_id=cand.candidate_id)
@@ -146,7 +146,7 @@ async def test_cheats_never_ship_and_honest_kernels_and_regions_do(stack) -> Non
 
 
 async def _engine_address(stack: Stack) -> str:
-    bus = await Bus.connect(stack.nats_url, "trust-test-discover")
+    bus = await Bus.connect(stack.nats_url, "trust-test-discover", manage_streams=False)
     try:
         discovering = EngineClient(bus, "llama-tiny", discover_timeout_s=5.0)
         await discovering.stub()

@@ -83,6 +83,7 @@ def verdict(c: ev.Candidate, passed: bool = True, stage: str = "") -> ev.Verdict
 
 
 async def promoted_count(bus: Bus) -> int:
-    """kernel.promoted messages in the LOOP stream."""
-    info = await bus.js.stream_info("LOOP", subjects_filter=subjects.KERNEL_PROMOTED)
+    """kernel.promoted messages in their stream."""
+    stream = subjects.stream_for(subjects.KERNEL_PROMOTED)
+    info = await bus.js.stream_info(stream, subjects_filter=subjects.KERNEL_PROMOTED)
     return (info.state.subjects or {}).get(subjects.KERNEL_PROMOTED, 0)

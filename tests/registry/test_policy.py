@@ -7,6 +7,7 @@ import math
 import pytest
 
 from proto.gen.polymorph.v1 import events_pb2 as ev
+from services.common import subjects
 from services.common.bus import Poison
 from services.registry import records
 from services.registry.policy import ActivePromotion, BenchFacts, decide_promotion, should_demote
@@ -57,13 +58,13 @@ def test_labels_subjects_and_streams() -> None:
     assert records.label(ev.BenchStatus, ev.BENCH_STATUS_WRONG_OUTPUT) == "wrong_output"
     assert records.label(ev.Backend, ev.BACKEND_COMPILE) == "compile"
     assert records.label(ev.VerdictStatus, 99) == "unknown_99"
-    assert records.subject_matches("board.>", "board.c1")
-    assert not records.subject_matches("board.>", "board")
-    assert records.subject_matches("campaigns.*", "campaigns.started")
-    assert not records.subject_matches("traffic.drift", "traffic.drift.x")
-    assert records.stream_for("candidates.verified") == "LOOP"
-    assert records.stream_for("traffic.requests") == "TRAFFIC"
-    assert records.stream_for("nowhere") == ""
+    assert subjects.subject_matches("board.>", "board.c1")
+    assert not subjects.subject_matches("board.>", "board")
+    assert subjects.subject_matches("campaigns.*", "campaigns.started")
+    assert not subjects.subject_matches("traffic.drift", "traffic.drift.x")
+    assert subjects.stream_for("candidates.verified") == "VERIFIED"
+    assert subjects.stream_for("traffic.requests") == "TRAFFIC"
+    assert subjects.stream_for("nowhere") == ""
 
 
 @pytest.mark.parametrize(

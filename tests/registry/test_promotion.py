@@ -13,6 +13,7 @@ from services.common import subjects
 from services.common.bus import Bus
 from services.registry import store
 from services.registry.consumers import utc_now
+from tests.helpers import consumer_info
 from tests.registry.conftest import RunningRegistry
 from tests.registry.helpers import (
     benchmark,
@@ -131,7 +132,7 @@ async def _ready(value: bool) -> bool:
 
 
 async def _consumer_retried(bus: Bus, durable: str) -> bool:
-    info = await bus.js.consumer_info("LOOP", durable)
+    info = await consumer_info(bus, durable)
     return info.num_redelivered > 0 or ((info.delivered.consumer_seq or 0) > 0 and info.num_ack_pending > 0)
 
 

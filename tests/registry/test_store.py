@@ -10,6 +10,7 @@ import structlog
 from proto.gen.polymorph.v1 import events_pb2 as ev
 from services.common import subjects
 from services.common.bus import Bus
+from tests.helpers import consumer_info, consumers
 from tests.registry.conftest import RunningRegistry
 from tests.registry.helpers import benchmark, candidate, rows, scalar, verdict, wait_sql
 
@@ -84,7 +85,8 @@ async def test_every_event_type_is_stored_and_duplicates_collapse(registry: Runn
                            f"WHERE candidate_id = '{c1.candidate_id}'") == [("torch", "search", "1", c1.source)]
     assert await scalar(bus, "SELECT payload->>'stop_reason' FROM events WHERE subject = 'campaigns.completed'") \
         == "budget"
-    assert await rows(bus, "SELECT stream, count(*) FROM events GROUP BY stream") == [("LOOP", "9")]
+    stored = await rows(bus, "SELECT subject, stream FROM events")
+    assert len(stored) == 9 and all(stream == subjects.stream_for(subject) for subject, stream in stored)
     assert await rows(bus, "SELECT campaign_id, slot, candidates, benchmarked, ok, wins, verified, passed, "
                            "promoted FROM campaign_progress") == [("c1", "rmsnorm", "2", "2", "1", "1", "1", "0", "0")]
 
@@ -123,7 +125,7 @@ async def test_malformed_payloads_are_terminated_and_logged(registry: RunningReg
     assert {e["subject"] for e in terminated} == {s for s, _ in bad}
     for durable in ("drift", "campaigns", "candidates-proposed", "candidates-benchmarked", "candidates-verified",
                     "board", "kernel-promoted", "kernel-demoted"):
-        info = await bus.js.consumer_info("LOOP", f"registry-{durable}")
+        info = await consumer_info(bus, f"registry-{durable}")
         assert (info.num_redelivered, info.num_ack_pending, info.num_pending) == (0, 0, 0), durable
     assert await scalar(bus, COUNTS) == "10,1,2,1,2,2,1,2,0,1,1"  # only the good note was added
 
@@ -142,9 +144,9 @@ async def test_restart_and_full_replay_keep_exactly_one_row_each(
 
     # Forget every consumer position: the next start redelivers the whole stream from the beginning.
     await registry.stop()
-    for info in await bus.js.consumers_info("LOOP"):
+    for stream, info in await consumers(bus):
         if info.name.startswith("registry-"):
-            await bus.js.delete_consumer("LOOP", info.name)
+            await bus.js.delete_consumer(stream, info.name)
     await registry.start()
     await wait_for_consumers_done(bus)
     assert await scalar(bus, COUNTS) == "10,1,2,1,2,2,1,2,0,1,1"
@@ -154,7 +156,7 @@ async def test_restart_and_full_replay_keep_exactly_one_row_each(
 async def wait_for_consumers_done(bus: Bus, timeout_s: float = 20.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
-        infos = [i for i in await bus.js.consumers_info("LOOP") if i.name.startswith("registry-")]
+        infos = [i for _, i in await consumers(bus) if i.name.startswith("registry-")]
         if len(infos) == 8 and all(i.num_pending == 0 and i.num_ack_pending == 0 for i in infos):
             return
         assert asyncio.get_running_loop().time() < deadline, "registry consumers did not catch up"

@@ -16,6 +16,7 @@ from services.common.slot_specs import candidate_id as content_id
 from services.verifier.config import VerifierConfig
 from services.verifier.service import VerifierService, build
 from services.verifier.store import ProtoStore
+from tests.helpers import consumer_info
 from tests.verifier.adversarial_cases import CASES, HONEST_RMSNORM
 from tests.verifier.helpers import benchmark, candidate, wait_for
 
@@ -53,7 +54,7 @@ class Harness:
             await self.bus.publish(subject, message, msg_id=message.candidate_id + suffix)
 
     async def consumer(self, durable: str):
-        return await self.bus.js.consumer_info("LOOP", durable)
+        return await consumer_info(self.bus, durable)
 
 
 @pytest.fixture
@@ -80,7 +81,8 @@ async def test_static_failure_verdict_is_published_stored_and_republished(harnes
     assert [c.stage for c in verdict.checks] == ["static"]
     assert (verdict.speedup, verdict.speedup_lo, verdict.speedup_vs_reference) == (1.5, 1.2, 1.5)
     assert verdict.hardware == "test-cpu" and verdict.model == "llama-tiny" and verdict.verify_s > 0
-    stored = await harness.bus.js.get_last_msg("LOOP", subjects.CANDIDATES_VERIFIED)
+    verified = subjects.CANDIDATES_VERIFIED
+    stored = await harness.bus.js.get_last_msg(subjects.stream_for(verified), verified)
     assert ev.Verdict.FromString(stored.data) == verdict
 
     # a redelivered benchmark republishes the very same verdict, also after a restart

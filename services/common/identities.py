@@ -1,0 +1,119 @@
+"""Who may say what on the bus: one NATS identity per service and per outside role, with the subjects
+each may publish, and the nats-server `authorization` block that enforces it.
+
+Only the registry publishes kernel.promoted / kernel.demoted, only the verifier candidates.verified,
+only engine hosts candidates.benchmarked, only the agent pool candidates.proposed, campaigns and board
+notes, only the profiler traffic.drift; `traffic` may publish traffic.requests and nothing else,
+`observer` may subscribe to everything and publish nothing, `operator` (the CLI) may ask the
+registry, the agent pool and the engines (SQL, export, campaign start, discovery). Each publishing
+identity writes into streams of its own (subjects.STREAMS), so no identity can pre-empt another's
+JetStream message ids. Credentials travel inside the NATS URL (nats://user:password@host:port);
+`redact` keeps them out of logs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote, urlsplit, urlunsplit
+
+from services.common import subjects as s
+
+REPLIES = "_INBOX.>"
+# what a service needs of JetStream: stream and consumer management of its own, acks, publish acks;
+# never deleting or purging a stream
+JETSTREAM = ("$JS.API.INFO", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.INFO.>", "$JS.API.STREAM.CREATE.>",
+             "$JS.API.STREAM.UPDATE.>", "$JS.API.CONSUMER.>", "$JS.ACK.>")
+NEVER = ("$JS.API.STREAM.DELETE.>", "$JS.API.STREAM.PURGE.>", "$JS.API.STREAM.MSG.DELETE.>")
+
+
+@dataclass(frozen=True)
+class Identity:
+    name: str
+    publish: tuple[str, ...]  # beyond replies
+    jetstream: bool = True  # consumes durably (and creates its streams)
+    subscribe: tuple[str, ...] = (">",)
+
+
+IDENTITIES: dict[str, Identity] = {i.name: i for i in (
+    Identity("registry", (s.KERNEL_PROMOTED, s.KERNEL_DEMOTED)),
+    Identity("verifier", (s.CANDIDATES_VERIFIED, s.ENGINE_DISCOVER)),
+    Identity("engine_host", (s.CANDIDATES_BENCHMARKED,)),
+    Identity("agent_pool", (s.CANDIDATES_PROPOSED, "campaigns.>", f"{s.BOARD_PREFIX}.>")),
+    Identity("traffic_profiler", (s.TRAFFIC_DRIFT,)),
+    Identity("traffic", (s.TRAFFIC_REQUESTS, "$JS.API.STREAM.NAMES", "$JS.API.STREAM.INFO.>"), jetstream=False,
+             subscribe=(REPLIES,)),
+    Identity("operator", (s.REGISTRY_SQL, s.REGISTRY_EXPORT, s.CAMPAIGN_START, s.ENGINE_DISCOVER), jetstream=False),
+    Identity("observer", (), jetstream=False),
+)}
+
+
+def publisher_of(subject: str) -> str:
+    """The identity that may publish `subject` ('' when none may)."""
+    for identity in IDENTITIES.values():
+        if any(s.subject_matches(pattern, subject) for pattern in identity.publish):
+            return identity.name
+    return ""
+
+
+@dataclass(frozen=True)
+class Credentials:
+    user: str
+    password: str
+
+
+def _permissions(identity: Identity) -> dict[str, object]:
+    publish = list(identity.publish)
+    if identity.publish:  # replying to a request (SQL, discovery, campaign start) and request/reply itself
+        publish.append(REPLIES)
+    if identity.jetstream:
+        publish.extend(JETSTREAM)
+    return {"publish": {"allow": publish or ["_NONE_"], "deny": list(NEVER)},
+            "subscribe": {"allow": list(identity.subscribe)}}
+
+
+def server_config(credentials: dict[str, Credentials]) -> str:
+    """The nats-server `authorization` block for these identities (JSON is valid NATS config)."""
+    users = [{"user": c.user, "password": c.password, "permissions": _permissions(IDENTITIES[name])}
+             for name, c in sorted(credentials.items())]
+    return "authorization: " + json.dumps({"users": users}, indent=2) + "\n"
+
+
+def generate(directory: Path) -> dict[str, Credentials]:
+    """Credentials for every identity, kept in `directory` (one file each, mode 0600; reused when present)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    os.chmod(directory, 0o700)
+    out = {}
+    for name in IDENTITIES:
+        path = directory / f"{name}.json"
+        if path.exists():
+            data = json.loads(path.read_text())
+            out[name] = Credentials(data["user"], data["password"])
+            continue
+        creds = Credentials(name, secrets.token_urlsafe(24))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"user": creds.user, "password": creds.password}, f)
+        out[name] = creds
+    return out
+
+
+def with_credentials(url: str, creds: Credentials) -> str:
+    parts = urlsplit(url)
+    host = parts.hostname or "127.0.0.1"
+    netloc = f"{quote(creds.user, safe='')}:{quote(creds.password, safe='')}@{host}"
+    if parts.port:
+        netloc += f":{parts.port}"
+    return urlunsplit((parts.scheme or "nats", netloc, parts.path, "", ""))
+
+
+def redact(url: str) -> str:
+    """The URL without its password (for logs and messages)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
