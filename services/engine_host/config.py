@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass
+from pathlib import Path
 
 from services.common.config import ConfigError, Env
 from services.common.shapes import Shape, ShapeError
 from services.common.shapes import parse_shapes as common_parse_shapes
+from services.common.signing import PUBLIC_FILE
 
 # CPU-sized defaults: short decode at two batch sizes and a short prefill, weighted like chat traffic
 DEFAULT_SHAPES = "decode:1:256:0.4,decode:4:256:0.4,prefill:1:128:0.2"
@@ -59,9 +61,11 @@ class EngineHostConfig:
     sandbox_pool: int = 1  # warm sandboxes each tier keeps ready for the next candidate
     sandbox_relax: tuple[str, ...] = ()  # containment measures switched off (benchmarks/sandbox_probe.py)
     jit_timeout_s: float = 180.0  # a Triton / torch.compile candidate's first call may compile this long
+    registry_key: str = ""  # the registry's public key (base64); empty: read registry_key_file
+    registry_key_file: str = ""  # where the registry writes it (the embedded stack's data dir)
 
     @classmethod
-    def from_env(cls, env: Env, model: str = "llama-tiny") -> EngineHostConfig:
+    def from_env(cls, env: Env, model: str = "llama-tiny", data_dir: Path = Path(".polymorph")) -> EngineHostConfig:
         tiers = tuple(t.strip() for t in env.str("ENGINE_TIERS", "fast,slow").split(",") if t.strip())
         if not tiers or any(t not in ("fast", "slow") for t in tiers):
             raise ConfigError(f"POLYMORPH_ENGINE_TIERS={tiers!r}: expected fast, slow or both")
@@ -92,4 +96,6 @@ class EngineHostConfig:
             sandbox_pool=env.int("ENGINE_SANDBOX_POOL", 1),
             sandbox_relax=_measures(env.str("ENGINE_SANDBOX_RELAX", "")),
             jit_timeout_s=env.float("ENGINE_JIT_TIMEOUT_S", 180.0),
+            registry_key=env.str("REGISTRY_PUBLIC_KEY", ""),
+            registry_key_file=env.str("REGISTRY_PUBLIC_KEY_FILE", str(data_dir / "registry" / PUBLIC_FILE)),
         )

@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 from typing import Any, cast
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from nats.js.errors import NotFoundError
 
 from proto.gen.polymorph.v1 import events_pb2 as ev
@@ -24,6 +25,7 @@ from services.common.bus import Bus, Delivery, Poison, parse
 from services.common.config import CommonSettings, Env
 from services.common.grpc_server import mark_serving
 from services.common.log import get_logger
+from services.common.signing import SignatureError, decode_public, verify
 from services.common.slot_specs import REGIONS, SLOTS, candidate_id
 from services.engine_host.config import EngineHostConfig
 from services.engine_host.engine import Engine
@@ -77,6 +79,8 @@ class EngineHostService:
         self.server: Any = None
         self.port = 0
         self.bus: Bus | None = None
+        self._key: Ed25519PublicKey | None = None
+        self.refused_kernel_events = 0  # forged, altered or unsigned promotions and demotions
 
     @property
     def address(self) -> str:
@@ -161,12 +165,36 @@ class EngineHostService:
             return False
         return True
 
+    def _registry_key(self) -> Ed25519PublicKey:
+        """The registry's public key: configured, or the file the registry writes at its first start
+        (not there yet: the message is retried until it is)."""
+        if self._key is None:
+            text = self.config.registry_key
+            if not text:
+                path = Path(self.config.registry_key_file)
+                if not path.exists():
+                    raise RuntimeError(f"no registry public key yet at {path}")
+                text = path.read_text()
+            self._key = decode_public(text)
+        return self._key
+
+    def _authentic(self, msg: ev.KernelPromoted | ev.KernelDemoted) -> None:
+        try:
+            verify(msg, self._registry_key())
+        except SignatureError as exc:
+            self.refused_kernel_events += 1
+            log.error("kernel event refused", candidate_id=msg.candidate_id, slot=msg.slot, reason=str(exc),
+                      refused=self.refused_kernel_events)
+            raise Poison(f"refused: {exc}") from exc
+
     async def _on_promoted(self, msg: ev.KernelPromoted, delivery: Delivery) -> None:
+        self._authentic(msg)
         if self._ours(msg.model, msg.hardware, msg.slot, "promotion"):
             self.incumbents.promoted(msg, delivery.stream_seq)
             await self._apply(msg.slot)
 
     async def _on_demoted(self, msg: ev.KernelDemoted, delivery: Delivery) -> None:
+        self._authentic(msg)
         if self._ours(msg.model, msg.hardware, msg.slot, "demotion"):
             self.incumbents.demoted(msg, delivery.stream_seq)
             await self._apply(msg.slot)
@@ -182,4 +210,4 @@ class EngineHostService:
 
 
 def build(env: Env, common: CommonSettings) -> EngineHostService:
-    return EngineHostService(EngineHostConfig.from_env(env, common.model), common)
+    return EngineHostService(EngineHostConfig.from_env(env, common.model, common.data_dir), common)

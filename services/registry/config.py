@@ -19,6 +19,7 @@ class RegistryConfig:
     lockdown: bool           # disable DuckDB file access from SQL (read_csv('/etc/...') and friends)
     threads: int
     memory_limit: str
+    signing_dir: Path        # the registry's Ed25519 key pair (private key 0600, public key readable)
 
     @property
     def staging_dir(self) -> Path:
@@ -36,4 +37,5 @@ class RegistryConfig:
             lockdown=env.bool("REGISTRY_LOCKDOWN", True),
             threads=env.int("REGISTRY_THREADS", 2),
             memory_limit=env.str("REGISTRY_MEMORY_LIMIT", "1GB"),
+            signing_dir=env.path("REGISTRY_SIGNING_DIR", common.data_dir / "registry").resolve(),
         )

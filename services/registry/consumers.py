@@ -11,11 +11,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from google.protobuf.message import Message
 
 from proto.gen.polymorph.v1 import events_pb2 as ev
 from services.common import subjects
-from services.common.bus import Bus, Delivery
+from services.common.bus import Bus, Delivery, Poison
+from services.common.signing import SignatureError, verify
 from services.registry import records, store
 from services.registry.db import Database
 from services.registry.outbox import Outbox
@@ -46,15 +48,21 @@ def utc_now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-async def start_consumers(bus: Bus, db: Database, box: Outbox, *, max_deliver: int) -> None:
+async def start_consumers(bus: Bus, db: Database, box: Outbox, *, max_deliver: int,
+                          public_key: Ed25519PublicKey) -> None:
     for route in ROUTES:
-        await bus.consume(route.subject, route.msg_type, _handler(route, db, box, max_deliver),
+        await bus.consume(route.subject, route.msg_type, _handler(route, db, box, max_deliver, public_key),
                           durable=f"registry-{route.name}", max_deliver=max_deliver)
 
 
-def _handler(route: Route, db: Database, box: Outbox, max_deliver: int):
+def _handler(route: Route, db: Database, box: Outbox, max_deliver: int, public_key: Ed25519PublicKey):
     async def handle(msg: Message, delivery: Delivery) -> None:
         records.validate(msg, delivery.subject)
+        if isinstance(msg, ev.KernelPromoted | ev.KernelDemoted):  # only what this registry signed is history
+            try:
+                verify(msg, public_key)
+            except SignatureError as exc:
+                raise Poison(f"refused: {exc}") from exc
         meta = store.Meta(subject=delivery.subject, stream_seq=delivery.stream_seq, received_at=utc_now(),
                           final_attempt=max_deliver > 0 and delivery.num_delivered >= max_deliver)
         await db.write(route.writer, msg, meta)

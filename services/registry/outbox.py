@@ -17,6 +17,7 @@ from google.protobuf.message import Message
 from proto.gen.polymorph.v1 import events_pb2 as ev
 from services.common.bus import Bus
 from services.common.log import get_logger
+from services.common.signing import Signer
 from services.registry.db import Database
 
 log = get_logger("registry.outbox")
@@ -59,17 +60,21 @@ def mark_published(con: duckdb.DuckDBPyConnection, subject: str, msg_id: str, no
 class Outbox:
     """Publishes what the database says is owed; one flush at a time."""
 
-    def __init__(self, db: Database, bus: Bus, clock: Callable[[], datetime]) -> None:
+    def __init__(self, db: Database, bus: Bus, clock: Callable[[], datetime], signer: Signer) -> None:
         self._db = db
         self._bus = bus
         self._clock = clock
+        self._signer = signer
         self._lock = asyncio.Lock()
 
     async def flush(self) -> int:
         async with self._lock:
             owed = await self._db.write(pending)
             for item in owed:
-                fresh = await self._bus.publish(item.subject, item.message(), msg_id=item.msg_id)
+                message = item.message()
+                if isinstance(message, ev.KernelPromoted | ev.KernelDemoted):
+                    self._signer.sign(message)  # deterministic: a republished one is byte-identical
+                fresh = await self._bus.publish(item.subject, message, msg_id=item.msg_id)
                 await self._db.write(mark_published, item.subject, item.msg_id, self._clock())
                 log.info("published", subject=item.subject, msg_id=item.msg_id, duplicate=not fresh)
             return len(owed)

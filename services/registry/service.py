@@ -8,6 +8,7 @@ from proto.gen.polymorph.v1 import events_pb2 as ev
 from services.common import subjects
 from services.common.bus import Bus
 from services.common.log import get_logger
+from services.common.signing import PUBLIC_FILE, Signer
 from services.registry.config import RegistryConfig
 from services.registry.consumers import start_consumers, utc_now
 from services.registry.db import Database, QueryTimeout
@@ -33,11 +34,14 @@ class RegistryService:
         self.db = Database(cfg.db_path, staging_dir=cfg.staging_dir, lockdown=cfg.lockdown,
                            threads=cfg.threads, memory_limit=cfg.memory_limit)
         await self.db.open()
-        box = Outbox(self.db, bus, utc_now)
+        signer = Signer.load_or_create(cfg.signing_dir)
+        log.info("signing promotions", key_id=signer.key_id, public_key=str(cfg.signing_dir / PUBLIC_FILE))
+        box = Outbox(self.db, bus, utc_now, signer)
         owed = await box.flush()  # decisions committed before a crash but never announced
         if owed:
             log.info("published announcements owed from before the restart", count=owed)
-        await start_consumers(bus, self.db, box, max_deliver=cfg.max_deliver)
+        await start_consumers(bus, self.db, box, max_deliver=cfg.max_deliver,
+                              public_key=signer.private.public_key())
         await bus.serve(subjects.REGISTRY_SQL, ev.SqlRequest, ev.SqlReply, self._sql)
         await bus.serve(subjects.REGISTRY_EXPORT, ev.ExportRequest, ev.ExportReply, self._export)
         await bus.nc.flush()  # the server knows our subscriptions before anyone is told we are up

@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from proto.gen.polymorph.v1 import engine_service_pb2 as es
 from proto.gen.polymorph.v1 import engine_service_pb2_grpc as es_grpc
@@ -14,6 +15,7 @@ from services.common import subjects
 from services.common.bus import Bus
 from services.common.config import CommonSettings, Env
 from services.common.grpc_server import channel
+from services.common.signing import Signer
 from services.engine_host.service import EngineHostService, build
 from tests.engine_host import candidates as C
 from tests.helpers import consumer_info, wait_for
@@ -93,9 +95,27 @@ async def test_candidates_in_results_out_promotions_installed(bus: Bus, nats_url
         await wait_for(lambda: len(results) == 2)
         assert results[1] == results[0]  # the very same result, under the same msg_id (the stream dedups it)
 
-        # a promotion becomes the incumbent; later results are relative to it
+        # promotions not signed by the registry's key, or altered after signing, are refused
+        registry = Signer.load_or_create(tmp_path / "registry")  # where the host looks for the public key
+        impostor = Signer(Ed25519PrivateKey.generate())
         promoted = ev.KernelPromoted(candidate_id=fast.candidate_id, slot="rmsnorm", model="llama-tiny",
                                      source=fast.source, backend=ev.BACKEND_TORCH, speedup_vs_reference=1.2)
+        unsigned = ev.KernelPromoted()
+        unsigned.CopyFrom(promoted)
+        forged = ev.KernelPromoted()
+        forged.CopyFrom(promoted)
+        impostor.sign(forged)
+        altered = ev.KernelPromoted()
+        altered.CopyFrom(promoted)
+        registry.sign(altered)
+        altered.source = fast.source.replace("F.rms_norm(", "F.rms_norm(0.5 * ")
+        altered.candidate_id = C.candidate("rmsnorm", altered.source).candidate_id
+        for i, bad in enumerate((unsigned, forged, altered)):
+            await bus.publish(subjects.KERNEL_PROMOTED, bad, msg_id=f"bad-{i}")
+        await wait_for(lambda: service.refused_kernel_events == 3)
+        assert installed(service, "rmsnorm") == {"reference"}
+        # the genuine one becomes the incumbent; later results are relative to it
+        registry.sign(promoted)
         await bus.publish(subjects.KERNEL_PROMOTED, promoted, msg_id=fast.candidate_id)
         await wait_for(lambda: installed(service, "rmsnorm") == {fast.candidate_id})
         ref = C.candidate("rmsnorm", C.RMSNORM_REF)
@@ -111,8 +131,10 @@ async def test_candidates_in_results_out_promotions_installed(bus: Bus, nats_url
     restarted, restarted_bus = await start_service(nats_url, tmp_path)
     try:
         await wait_for(lambda: installed(restarted, "rmsnorm") == {fast.candidate_id})
-        await bus.publish(subjects.KERNEL_DEMOTED, ev.KernelDemoted(candidate_id=fast.candidate_id, slot="rmsnorm",
-                                                                    model="llama-tiny", reason="regressed"))
+        demoted = ev.KernelDemoted(candidate_id=fast.candidate_id, slot="rmsnorm", model="llama-tiny",
+                                   reason="regressed")
+        registry.sign(demoted)
+        await bus.publish(subjects.KERNEL_DEMOTED, demoted)
         await wait_for(lambda: installed(restarted, "rmsnorm") == {"reference"})
     finally:
         await stop_service(restarted, restarted_bus)

@@ -10,10 +10,12 @@ import time
 
 import nats
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from nats.errors import NoRespondersError, TimeoutError
 
 from proto.gen.polymorph.v1 import events_pb2 as ev
 from services.common import identities, subjects
+from services.common.signing import Signer
 from services.common.slot_specs import candidate_id
 from services.console import client, tables
 from tests.engine_host.candidates import ROPE_COMPLEX, source
@@ -79,3 +81,29 @@ async def test_only_the_owner_of_a_subject_can_publish_and_forgeries_change_noth
     benches = tables.rows(await client.sql(stack.nats_url,
                                            f"select speedup from benchmarks where candidate_id = '{cid}'"))
     assert benches and float(benches[0]["speedup"]) < 50  # the engine's measurement, not the forged 99
+
+
+async def test_with_the_registrys_bus_credential_but_not_its_key_nothing_installs(stack) -> None:
+    await wait_ready(stack)
+    src = source("silu_mul", "def kernel(gate, up):\n    return torch.relu(gate) * up\n")  # wrong on purpose
+    cid = candidate_id("silu_mul", src)
+    base = dict(candidate_id=cid, slot="silu_mul", model="llama-tiny", source=src, backend=ev.BACKEND_TORCH)
+    impostor = Signer(Ed25519PrivateKey.generate())
+    forged, unsigned, altered = ev.KernelPromoted(**base), ev.KernelPromoted(**base), ev.KernelPromoted(**base)
+    impostor.sign(forged)
+    real = Signer.load_or_create(stack.data_dir / "registry")  # the registry's own key, read from its files
+    real.sign(altered)
+    altered.source = src.replace("relu", "tanh")  # the signature covers the source hash: it no longer verifies
+    registry = await nats.connect(stack.url_for("registry"))  # a stolen bus credential
+    js = registry.jetstream()
+    for i, msg in enumerate((forged, unsigned, altered)):
+        await js.publish(subjects.KERNEL_PROMOTED, msg.SerializeToString(),
+                         headers={"Nats-Msg-Id": f"forged-{i}"})
+    await registry.close()
+    log = stack.log_dir / "engine_host.log"
+    deadline = time.monotonic() + 60
+    while log.read_text().count("kernel event refused") < 3:
+        assert time.monotonic() < deadline, "the engine did not refuse the forged promotions"
+        await asyncio.sleep(0.5)
+    installed = tables.rows(await client.sql(stack.nats_url, "select count(*) as n from promotions"))
+    assert installed[0]["n"] in (0, "0")  # the registry never promoted it either

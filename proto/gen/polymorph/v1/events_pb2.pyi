@@ -368,7 +368,7 @@ class Verdict(_message.Message):
     def __init__(self, candidate_id: _Optional[str] = ..., campaign_id: _Optional[str] = ..., slot: _Optional[str] = ..., status: _Optional[_Union[VerdictStatus, str]] = ..., failed_stage: _Optional[str] = ..., reason: _Optional[str] = ..., checks: _Optional[_Iterable[_Union[CheckResult, _Mapping]]] = ..., speedup: _Optional[float] = ..., speedup_lo: _Optional[float] = ..., speedup_vs_reference: _Optional[float] = ..., hardware: _Optional[str] = ..., model: _Optional[str] = ..., verify_s: _Optional[float] = ..., finished_unix: _Optional[float] = ...) -> None: ...
 
 class KernelPromoted(_message.Message):
-    __slots__ = ("candidate_id", "slot", "model", "hardware", "speedup", "speedup_lo", "speedup_vs_reference", "replaces_id", "backend", "source", "campaign_id", "promoted_unix")
+    __slots__ = ("candidate_id", "slot", "model", "hardware", "speedup", "speedup_lo", "speedup_vs_reference", "replaces_id", "backend", "source", "campaign_id", "promoted_unix", "signature", "key_id")
     CANDIDATE_ID_FIELD_NUMBER: _ClassVar[int]
     SLOT_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -381,6 +381,8 @@ class KernelPromoted(_message.Message):
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     CAMPAIGN_ID_FIELD_NUMBER: _ClassVar[int]
     PROMOTED_UNIX_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    KEY_ID_FIELD_NUMBER: _ClassVar[int]
     candidate_id: str
     slot: str
     model: str
@@ -393,23 +395,29 @@ class KernelPromoted(_message.Message):
     source: str
     campaign_id: str
     promoted_unix: float
-    def __init__(self, candidate_id: _Optional[str] = ..., slot: _Optional[str] = ..., model: _Optional[str] = ..., hardware: _Optional[str] = ..., speedup: _Optional[float] = ..., speedup_lo: _Optional[float] = ..., speedup_vs_reference: _Optional[float] = ..., replaces_id: _Optional[str] = ..., backend: _Optional[_Union[Backend, str]] = ..., source: _Optional[str] = ..., campaign_id: _Optional[str] = ..., promoted_unix: _Optional[float] = ...) -> None: ...
+    signature: bytes
+    key_id: str
+    def __init__(self, candidate_id: _Optional[str] = ..., slot: _Optional[str] = ..., model: _Optional[str] = ..., hardware: _Optional[str] = ..., speedup: _Optional[float] = ..., speedup_lo: _Optional[float] = ..., speedup_vs_reference: _Optional[float] = ..., replaces_id: _Optional[str] = ..., backend: _Optional[_Union[Backend, str]] = ..., source: _Optional[str] = ..., campaign_id: _Optional[str] = ..., promoted_unix: _Optional[float] = ..., signature: _Optional[bytes] = ..., key_id: _Optional[str] = ...) -> None: ...
 
 class KernelDemoted(_message.Message):
-    __slots__ = ("candidate_id", "slot", "model", "hardware", "reason", "demoted_unix")
+    __slots__ = ("candidate_id", "slot", "model", "hardware", "reason", "demoted_unix", "signature", "key_id")
     CANDIDATE_ID_FIELD_NUMBER: _ClassVar[int]
     SLOT_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     HARDWARE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     DEMOTED_UNIX_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    KEY_ID_FIELD_NUMBER: _ClassVar[int]
     candidate_id: str
     slot: str
     model: str
     hardware: str
     reason: str
     demoted_unix: float
-    def __init__(self, candidate_id: _Optional[str] = ..., slot: _Optional[str] = ..., model: _Optional[str] = ..., hardware: _Optional[str] = ..., reason: _Optional[str] = ..., demoted_unix: _Optional[float] = ...) -> None: ...
+    signature: bytes
+    key_id: str
+    def __init__(self, candidate_id: _Optional[str] = ..., slot: _Optional[str] = ..., model: _Optional[str] = ..., hardware: _Optional[str] = ..., reason: _Optional[str] = ..., demoted_unix: _Optional[float] = ..., signature: _Optional[bytes] = ..., key_id: _Optional[str] = ...) -> None: ...
 
 class BoardNote(_message.Message):
     __slots__ = ("note_id", "campaign_id", "agent", "slot", "text", "params", "score", "created_unix")
