@@ -25,7 +25,7 @@ def _nats_url(args: argparse.Namespace, identity: str = "operator") -> str:
 def cmd_up(args: argparse.Namespace) -> int:
     from services.console.live import run_up
 
-    return run_up(args.data_dir)
+    return run_up(args.data_dir, args.port)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -129,8 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--nats", help="NATS URL (POLYMORPH_NATS_URL; default: the running `polymorph up`)")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    sub.add_parser("up", help="start nats-server and the five services here, with live logs").set_defaults(
-        func=cmd_up)
+    up = sub.add_parser("up", help="start nats-server and the five services here, with live logs; restart "
+                                   "whatever dies")
+    up.add_argument("--port", type=int, default=0,
+                    help="NATS port (POLYMORPH_NATS_PORT; default 4222 when free, else any free port)")
+    up.set_defaults(func=cmd_up)
 
     demo = sub.add_parser("demo", help="replay a real trace with a drift and run the whole loop on llama-tiny")
     demo.add_argument("--trace", type=Path, default=DEFAULT_TRACE)

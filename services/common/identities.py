@@ -27,6 +27,9 @@ REPLIES = "_INBOX.>"
 # never deleting or purging a stream
 JETSTREAM = ("$JS.API.INFO", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.INFO.>", "$JS.API.STREAM.CREATE.>",
              "$JS.API.STREAM.UPDATE.>", "$JS.API.CONSUMER.>", "$JS.ACK.>")
+# what an operator may read of JetStream: stream and consumer state (how far each consumer has got)
+JETSTREAM_READ = ("$JS.API.INFO", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.INFO.>", "$JS.API.CONSUMER.INFO.>",
+                  "$JS.API.CONSUMER.LIST.>", "$JS.API.CONSUMER.NAMES.>")
 NEVER = ("$JS.API.STREAM.DELETE.>", "$JS.API.STREAM.PURGE.>", "$JS.API.STREAM.MSG.DELETE.>")
 
 
@@ -42,11 +45,13 @@ IDENTITIES: dict[str, Identity] = {i.name: i for i in (
     Identity("registry", (s.KERNEL_PROMOTED, s.KERNEL_DEMOTED)),
     Identity("verifier", (s.CANDIDATES_VERIFIED, s.ENGINE_DISCOVER)),
     Identity("engine_host", (s.CANDIDATES_BENCHMARKED,)),
-    Identity("agent_pool", (s.CANDIDATES_PROPOSED, "campaigns.>", f"{s.BOARD_PREFIX}.>")),
+    # its campaign state lives in a JetStream key-value bucket (state.py): writes publish to $KV.<bucket>.>
+    Identity("agent_pool", (s.CANDIDATES_PROPOSED, "campaigns.>", f"{s.BOARD_PREFIX}.>", "$KV.agent_pool.>")),
     Identity("traffic_profiler", (s.TRAFFIC_DRIFT,)),
     Identity("traffic", (s.TRAFFIC_REQUESTS, "$JS.API.STREAM.NAMES", "$JS.API.STREAM.INFO.>"), jetstream=False,
              subscribe=(REPLIES,)),
-    Identity("operator", (s.REGISTRY_SQL, s.REGISTRY_EXPORT, s.CAMPAIGN_START, s.ENGINE_DISCOVER), jetstream=False),
+    Identity("operator", (s.REGISTRY_SQL, s.REGISTRY_EXPORT, s.CAMPAIGN_START, s.ENGINE_DISCOVER, *JETSTREAM_READ),
+             jetstream=False),
     Identity("observer", (), jetstream=False),
 )}
 

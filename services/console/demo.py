@@ -100,7 +100,7 @@ async def _run_loop(options: DemoOptions, stack: Stack, started: float, live: Li
         phase = "replaying trace" if not replay.done() else (
             "waiting for drift" if not snap.campaigns else "campaign running")
         live.update(Group(_status_line(phase, started), progress_table(snap)))
-        if replay.done() and snap.all_campaigns_done and snap.pending_verification == 0:
+        if replay.done() and snap.settled:
             return snap
         await asyncio.sleep(2.0)
 

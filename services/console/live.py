@@ -15,6 +15,7 @@ from rich.table import Table
 from services.common.identities import redact
 from services.console import progress
 from services.console.stack import Stack
+from services.console.supervisor import GaveUp, Supervisor
 from services.console.term import make_console
 
 console = make_console()
@@ -30,7 +31,8 @@ def progress_table(snap: progress.Snapshot, title: str = "campaign progress") ->
                       ("candidates", "benchmarked", "wins", "verified", "passed", "promoted")),
                       f"{float(best):.2f}x" if best else "-")
     states = ", ".join(f"{c['campaign_id']}: {c['state']}" for c in snap.campaigns) or "no campaign yet"
-    table.caption = f"{states}; awaiting verification: {snap.pending_verification}"
+    table.caption = (f"{states}; awaiting verification: {snap.pending_verification}; "
+                     f"not yet stored by the registry: {snap.registry_backlog}")
     return table
 
 
@@ -57,8 +59,9 @@ def _format_log_line(service: str, line: str) -> str:
 
 
 def follow_logs(log_dir: Path, stop: threading.Event) -> None:
-    """Print every service's new log lines as they appear (a `tail -f` over the log folder)."""
-    offsets: dict[Path, int] = {}
+    """Print every service's new log lines as they appear (a `tail -f` over the log folder); what the
+    logs held before this start is not printed again."""
+    offsets: dict[Path, int] = {path: path.stat().st_size for path in log_dir.glob("*.log")}
     while not stop.is_set():
         for path in sorted(log_dir.glob("*.log")):
             with open(path, errors="replace") as fh:
@@ -69,8 +72,9 @@ def follow_logs(log_dir: Path, stop: threading.Event) -> None:
         stop.wait(0.5)
 
 
-def run_up(data_dir: Path) -> int:
-    stack = Stack(data_dir)
+def run_up(data_dir: Path, port: int = 0) -> int:
+    stack = Stack(data_dir, port=port)
+    supervisor = Supervisor(stack)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     stack.start()
@@ -79,17 +83,19 @@ def run_up(data_dir: Path) -> int:
     console.print("try: polymorph optimize --slots rope,rmsnorm   |   polymorph status --watch")
     tail = threading.Thread(target=follow_logs, args=(stack.log_dir, stop), daemon=True)
     tail.start()
+    code = 0
     try:
         while not stop.is_set():
-            dead = stack.dead_services()
-            if dead:
-                console.print(f"service exited: {dead}; see {stack.log_dir}")
-                break
-            time.sleep(1)
+            for name in supervisor.tick():
+                console.print(f"restarted {name} (restart {supervisor.restarts[name]}); see {stack.log_dir}")
+            time.sleep(0.5)
+    except GaveUp as exc:
+        console.print(f"giving up: {exc}; see {stack.log_dir}")
+        code = 1
     except KeyboardInterrupt:
         pass
     finally:
         stop.set()
         console.print("stopping...")
         stack.stop()
-    return 0
+    return code

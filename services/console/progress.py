@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import nats
+
+from services.common import subjects
 from services.console import client, tables
 
 # `slot_summary`, `campaign_overview` and `leaderboard` are views the registry's migrations create
@@ -32,6 +35,7 @@ class Snapshot:
     campaigns: list[dict[str, str | None]]
     promoted: list[dict[str, str | None]]
     pending_verification: int
+    registry_backlog: int = 0  # messages the registry's consumers have not yet stored (delivered or not)
 
     @property
     def totals(self) -> dict[str, int]:
@@ -42,12 +46,38 @@ class Snapshot:
     def all_campaigns_done(self) -> bool:
         return bool(self.campaigns) and all(c["state"] in ("completed", "failed") for c in self.campaigns)
 
+    @property
+    def settled(self) -> bool:
+        """Every campaign ended, no winner awaits its verdict and the registry has stored all it was sent."""
+        return self.all_campaigns_done and self.pending_verification == 0 and self.registry_backlog == 0
+
 
 async def _rows(url: str, query: str) -> list[dict[str, str | None]]:
     reply = await client.sql(url, query, max_rows=10_000)
     if reply.error:
         raise client.StackUnavailable(f"registry query failed: {reply.error}")
     return tables.rows(reply)
+
+
+async def registry_backlog(url: str) -> int:
+    """Messages in the streams that the registry's durable consumers have not acknowledged yet: a
+    redelivery after a restart can still be on its way when a campaign already reads `completed`."""
+    try:
+        nc = await nats.connect(url, connect_timeout=2, allow_reconnect=False)
+    except Exception as exc:
+        raise client.StackUnavailable(f"cannot reach NATS: {exc}") from exc
+    try:
+        js = nc.jetstream()
+        backlog = 0
+        for stream in subjects.STREAMS:
+            for info in await js.consumers_info(stream.name):
+                if info.name.startswith("registry-"):
+                    backlog += (info.num_pending or 0) + (info.num_ack_pending or 0)
+        return backlog
+    except Exception as exc:
+        raise client.StackUnavailable(f"cannot read the registry's consumers: {exc}") from exc
+    finally:
+        await nc.close()
 
 
 async def snapshot(url: str) -> Snapshot:
@@ -57,4 +87,5 @@ async def snapshot(url: str) -> Snapshot:
         campaigns=await _rows(url, CAMPAIGNS),
         promoted=await _rows(url, PROMOTED),
         pending_verification=int(pending[0]["pending"] or 0) if pending else 0,
+        registry_backlog=await registry_backlog(url),
     )

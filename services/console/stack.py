@@ -33,6 +33,7 @@ class Stack:
     nats: EmbeddedNats | None = None
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     credentials: dict[str, Credentials] = field(default_factory=dict)
+    port: int = 0  # NATS port: 0 = POLYMORPH_NATS_PORT, else 4222 when free, else any free port
 
     @property
     def log_dir(self) -> Path:
@@ -71,8 +72,9 @@ class Stack:
         self.log_dir.mkdir(exist_ok=True)
         self.credentials = identities.generate(self.credentials_dir)
         _drop_legacy_streams(self.data_dir / "nats")
-        self.nats = EmbeddedNats(self.data_dir / "nats", credentials=self.credentials)
+        self.nats = EmbeddedNats(self.data_dir / "nats", credentials=self.credentials, port=_choose_port(self.port))
         self.nats.start()
+        self.port = int(self.nats.url.rsplit(":", 1)[1])  # a restarted server comes back on this one
         fd = os.open(self.url_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds a password
         with os.fdopen(fd, "w") as f:
             f.write(self.nats_url)
@@ -91,6 +93,16 @@ class Stack:
             )
         self.processes[name] = proc
         return proc
+
+    def nats_alive(self) -> bool:
+        return self.nats is not None and self.nats.process is not None and self.nats.process.poll() is None
+
+    def restart_nats(self) -> None:
+        """The same port and store: services reconnect by themselves (they retry forever)."""
+        assert self.nats is not None
+        self.nats.stop()
+        self.nats = EmbeddedNats(self.data_dir / "nats", credentials=self.credentials, port=self.port)
+        self.nats.start()
 
     def kill_service(self, name: str) -> None:
         """SIGKILL: no drain, no goodbye — what a crash or OOM kill looks like."""
@@ -131,6 +143,23 @@ class Stack:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _choose_port(requested: int) -> int:
+    """The port asked for (or POLYMORPH_NATS_PORT), else the standard 4222 when it is free, else -1 (any)."""
+    import socket
+
+    if requested:
+        return requested
+    env = os.environ.get("POLYMORPH_NATS_PORT", "")
+    if env:
+        return int(env)
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", 4222))
+        except OSError:
+            return -1
+    return 4222
 
 
 def _drop_legacy_streams(nats_dir: Path) -> None:

@@ -43,7 +43,7 @@ SHAPES = [ev.ShapeBucket(phase=ev.PHASE_DECODE, batch_size=1, context_len=64, we
 
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[Stack]:
-    s = Stack(tmp_path / "stack", extra_env={**STACK_ENV, "POLYMORPH_VERIFIER_MIN_SPEEDUP_LO": "0",
+    s = Stack(tmp_path / "stack", port=-1, extra_env={**STACK_ENV, "POLYMORPH_VERIFIER_MIN_SPEEDUP_LO": "0",
                                              "POLYMORPH_VERIFIER_EXTRA_CALLS": "2000",
                                              "POLYMORPH_VERIFIER_E2E_PROMPTS": "2"})
     s.start()

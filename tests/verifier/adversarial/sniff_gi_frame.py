@@ -1,9 +1,11 @@
-# expect: benchmark
-# dynamic: benchmark
+# expect: benchmark|not_promoted
+# dynamic: benchmark|not_promoted
 # family: sniffing
 """Reads its callers through a running generator's gi_frame.f_back (no sys, no inspect) and is
 honest only when a verifier or check function is on the stack; under any other caller (a timing
-loop) it returns x * weight, skipping the reduction: correct where checked, fast where timed."""
+loop) it returns x * weight, skipping the reduction: correct where checked, fast where timed.
+In the sandbox only the sandbox's own frames are on the stack, so it is honest everywhere or nowhere
+(a checkout under a path such as /check/... matches "check" in every frame: honest, not promoted)."""
 import torch
 
 SLOT = "rmsnorm"
