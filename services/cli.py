@@ -77,8 +77,9 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
     request = ev.StartCampaignRequest(model=args.model, slots=args.slots, budget=args.budget)
     campaign = asyncio.run(client.start_campaign(_nats_url(args), request))
-    if campaign.stop_reason and not campaign.campaign_id:
-        print(f"error: {campaign.stop_reason}", file=sys.stderr)
+    if not campaign.campaign_id:  # refused: the reason travels as stop_reason
+        print(f"error: campaign not started: {campaign.stop_reason or 'the agent pool failed (see its log)'}",
+              file=sys.stderr)
         return 1
     print(f"campaign {campaign.campaign_id} started: model={campaign.model} slots={','.join(campaign.slots)} "
           f"budget={campaign.budget}; follow it with `polymorph status --watch`")

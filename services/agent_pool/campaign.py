@@ -26,7 +26,7 @@ from services.agent_pool.agents.llm import LlmAgent
 from services.agent_pool.agents.search import SearchAgent
 from services.agent_pool.board import Board
 from services.agent_pool.config import AgentPoolConfig
-from services.agent_pool.state import COMPLETED, CampaignRecord, Store
+from services.agent_pool.state import COMPLETED, FAILED, CampaignRecord, Store
 from services.common import subjects
 from services.common.bus import Bus
 from services.common.log import get_logger
@@ -116,14 +116,26 @@ class CampaignRun:
 
     # -- the loop ---------------------------------------------------------------------------------
     async def run(self) -> None:
+        failing_since: float | None = None  # a bus hiccup is retried; steps failing for long end the campaign
         while True:
             try:
                 if await self._step():
                     return
+                failing_since = None
             except asyncio.CancelledError:
                 raise
-            except Exception:  # a bus hiccup: state is in KV, try again shortly
-                log.exception("campaign step failed; retrying", campaign=self.campaign_id)
+            except Exception as exc:  # state is in KV: try again shortly
+                now = time.monotonic()
+                if failing_since is None:
+                    failing_since = now
+                    log.exception("campaign step failed; retrying", campaign=self.campaign_id)
+                else:
+                    log.warning("campaign step failed again", campaign=self.campaign_id,
+                                failing_s=round(now - failing_since), error=f"{type(exc).__name__}: {exc}")
+                if now - failing_since >= self.cfg.step_failure_s and await self._fail(
+                        f"failed: its steps kept failing for {now - failing_since:.0f} s; last: "
+                        f"{type(exc).__name__}: {exc}"[:1000]):
+                    return
                 await asyncio.sleep(1.0)
                 continue
             with contextlib.suppress(TimeoutError):
@@ -301,6 +313,24 @@ class CampaignRun:
         await self.deps.store.put_campaign(self.record)
         log.info("campaign completed", campaign=self.campaign_id, reason=reason, proposed=c.proposed)
         await self.deps.on_done(self)
+
+    async def _fail(self, reason: str) -> bool:
+        """End as failed with `reason`; False when even that could not be announced (retried later)."""
+        c = self.campaign
+        c.state = ev.CAMPAIGN_STATE_FAILED
+        c.stop_reason = reason
+        c.proposed = len(self.trials)
+        c.finished_unix = c.finished_unix or time.time()
+        try:
+            await self.deps.bus.publish(subjects.CAMPAIGN_FAILED, c, msg_id=f"{self.campaign_id}:failed")
+            self.record.status = FAILED
+            await self.deps.store.put_campaign(self.record)
+        except Exception as exc:
+            log.warning("could not announce the campaign's failure yet", campaign=self.campaign_id, error=str(exc))
+            return False
+        log.error("campaign failed", campaign=self.campaign_id, reason=reason)
+        await self.deps.on_done(self)
+        return True
 
     def _summary(self, slot: str, reason: str) -> ev.BoardNote:
         trials = self.slot_trials(slot)

@@ -39,6 +39,9 @@ class AgentPoolConfig:
     result_timeout_s: float  # a candidate without a result after this long counts as lost
     kv_bucket: str
     discover_timeout_s: float
+    max_budget: int  # the largest budget one campaign may ask for
+    max_campaigns: int  # campaigns running at once; drift campaigns past it wait, requests are refused
+    step_failure_s: float  # a campaign whose steps keep failing this long ends as failed
     llm: LlmSettings
 
     @classmethod
@@ -64,6 +67,9 @@ class AgentPoolConfig:
             result_timeout_s=env.float("AGENT_RESULT_TIMEOUT_S", 1800.0),
             kv_bucket=env.str("AGENT_KV_BUCKET", "agent_pool"),
             discover_timeout_s=env.float("AGENT_DISCOVER_TIMEOUT_S", 2.0),
+            max_budget=env.int("AGENT_MAX_BUDGET", 1000),
+            max_campaigns=env.int("AGENT_MAX_CAMPAIGNS", 4),
+            step_failure_s=env.float("AGENT_STEP_FAILURE_S", 120.0),
             llm=LlmSettings(
                 base_url=env.optional("LLM_BASE_URL"),
                 model=env.str("LLM_MODEL", "gpt-4o-mini"),
@@ -73,6 +79,10 @@ class AgentPoolConfig:
                 timeout_s=env.float("LLM_TIMEOUT_S", 120.0),
             ),
         )
-        if config.budget < 1 or config.in_flight < 1 or config.plateau < 1:
-            raise ConfigError("POLYMORPH_CAMPAIGN_BUDGET, _AGENT_IN_FLIGHT and _AGENT_PLATEAU must be >= 1")
+        if min(config.budget, config.in_flight, config.plateau, config.max_campaigns) < 1:
+            raise ConfigError("POLYMORPH_CAMPAIGN_BUDGET, _AGENT_IN_FLIGHT, _AGENT_PLATEAU and "
+                              "_AGENT_MAX_CAMPAIGNS must be >= 1")
+        if config.budget > config.max_budget:
+            raise ConfigError(f"POLYMORPH_CAMPAIGN_BUDGET={config.budget} exceeds "
+                              f"POLYMORPH_AGENT_MAX_BUDGET={config.max_budget}")
         return config

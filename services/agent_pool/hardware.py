@@ -1,8 +1,9 @@
-"""Whether a campaign may propose Triton kernels: only where the engine runs on a GPU.
+"""Which engine serves a campaign's model, and whether the campaign may propose Triton kernels.
 
-Triton on a CPU runs in its interpreter, about 1000x slower than torch: every such candidate would
-only waste the budget. POLYMORPH_AGENT_TRITON=on/off overrides; auto asks an engine host
-(`engine.discover`) which hardware it benchmarks on.
+A campaign starts only for a model some engine host serves (`engine.discover`: hosts answer only for
+their own model). Triton on a CPU runs in its interpreter, about 1000x slower than torch: every such
+candidate would only waste the budget, so Triton is on only where the engine runs on a GPU;
+POLYMORPH_AGENT_TRITON=on/off overrides.
 """
 
 from __future__ import annotations
@@ -22,17 +23,28 @@ def is_gpu(hardware: str) -> bool:
     return any(word in text for word in GPU_WORDS)
 
 
-async def triton_enabled(bus: Bus, mode: str, model: str, timeout_s: float) -> bool:
-    if mode in ("on", "off"):
-        return mode == "on"
+async def discover(bus: Bus, model: str, timeout_s: float) -> ev.EngineAddress | None:
+    """The fast-tier engine that serves `model`, or None when none answers within `timeout_s`."""
     try:
         reply = await bus.request(
             subjects.ENGINE_DISCOVER, ev.DiscoverRequest(model=model, tier="fast"), ev.EngineAddress, timeout_s
         )
-    except Exception as exc:  # no engine answered: assume CPU, where Triton would only waste budget
-        log.info("no engine to ask about hardware; Triton candidates off", model=model, error=type(exc).__name__)
-        return False
+    except Exception as exc:
+        log.info("no engine answered engine.discover", model=model, error=type(exc).__name__)
+        return None
     if reply.error:
-        log.info("engine.discover failed; Triton candidates off", model=model, error=reply.error)
-        return False
-    return is_gpu(reply.hardware)
+        log.info("engine.discover failed", model=model, error=reply.error)
+        return None
+    return reply
+
+
+def triton_for(mode: str, engine: ev.EngineAddress | None) -> bool:
+    if mode in ("on", "off"):
+        return mode == "on"
+    return engine is not None and is_gpu(engine.hardware)  # no engine: assume CPU
+
+
+async def triton_enabled(bus: Bus, mode: str, model: str, timeout_s: float) -> bool:
+    if mode in ("on", "off"):
+        return mode == "on"
+    return triton_for(mode, await discover(bus, model, timeout_s))

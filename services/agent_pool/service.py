@@ -6,7 +6,11 @@
   the newest queued drift per model is kept (older queued ones are marked superseded); it starts when
   the running campaign completes.
 - `agents.campaign.start` (core request, `polymorph optimize`): starts a campaign at once and replies
-  with it; an invalid request gets a FAILED campaign whose stop_reason says why.
+  with it; an invalid request (unknown slots, a budget outside 0..max, a model no engine serves, more
+  campaigns running than allowed) gets a FAILED campaign whose stop_reason says why, and nothing starts.
+- A campaign starts only for a model an engine serves: a drift for another model waits (redelivered
+  with backoff) and is refused after its last delivery. At most `max_campaigns` run at once; drift
+  campaigns past that are queued.
 - `candidates.benchmarked` (durable "agent-pool-feedback"): results for our running campaigns; results
   of other or finished campaigns are acknowledged and ignored.
 """
@@ -26,7 +30,7 @@ from services.agent_pool.agents.search import SearchAgent
 from services.agent_pool.board import Board
 from services.agent_pool.campaign import CampaignRun, Deps
 from services.agent_pool.config import AgentPoolConfig
-from services.agent_pool.hardware import triton_enabled
+from services.agent_pool.hardware import discover, triton_for
 from services.agent_pool.state import QUEUED, RUNNING, SUPERSEDED, CampaignRecord, Store
 from services.common import subjects
 from services.common.bus import Bus, Delivery, Poison
@@ -35,6 +39,11 @@ from services.common.log import get_logger
 from services.common.slot_specs import SLOTS
 
 log = get_logger("agent_pool")
+DRIFT_DELIVERIES = 6  # a drift for a model no engine serves is retried this often, then refused
+
+
+class NoEngine(Exception):
+    """No engine host serves the model (yet): retryable for a drift, a refusal for a request."""
 
 
 def drift_campaign_id(drift_id: str) -> str:
@@ -79,7 +88,8 @@ class AgentPoolService:
             await self._start_queued(model)  # the pool died between a completion and the next start
         resumed = [cid for cid in self.runs]
         log.info("agent pool ready", resumed=resumed, ledger=len(self.ledger), llm=self.llm is not None)
-        await bus.consume(subjects.TRAFFIC_DRIFT, ev.DriftEvent, self._on_drift, durable="agent-pool-drift")
+        await bus.consume(subjects.TRAFFIC_DRIFT, ev.DriftEvent, self._on_drift, durable="agent-pool-drift",
+                          max_deliver=DRIFT_DELIVERIES)
         await bus.consume(
             subjects.CANDIDATES_BENCHMARKED, ev.BenchmarkResult, self._on_result, durable="agent-pool-feedback"
         )
@@ -112,6 +122,9 @@ class AgentPoolService:
     def _running_for(self, model: str) -> bool:
         return any(r.campaign.model == model for r in (run.record for run in self.runs.values()))
 
+    def _at_capacity(self) -> bool:
+        return len(self.runs) >= self.cfg.max_campaigns
+
     async def _new_record(self, campaign_id: str, model: str, slots: list[str], budget: int,
                           trigger: str, profile: ev.TrafficProfile) -> CampaignRecord:
         campaign = ev.Campaign(
@@ -119,8 +132,11 @@ class AgentPoolService:
             state=ev.CAMPAIGN_STATE_RUNNING, profile=profile, started_unix=time.time(),
         )
         assert self._bus is not None
-        triton = await triton_enabled(self._bus, self.cfg.triton, model, self.cfg.discover_timeout_s)
-        return CampaignRecord(campaign, RUNNING, triton)
+        engine = await discover(self._bus, model, self.cfg.discover_timeout_s)
+        if engine is None:
+            raise NoEngine(f"no engine serves model {model!r} (none answered engine.discover within "
+                           f"{self.cfg.discover_timeout_s:.0f} s)")
+        return CampaignRecord(campaign, RUNNING, triton_for(self.cfg.triton, engine))
 
     async def _begin(self, record: CampaignRecord) -> None:
         assert self._deps is not None
@@ -132,11 +148,12 @@ class AgentPoolService:
         self._launch(record, [])
 
     async def _start_queued(self, model: str) -> None:
-        if self._running_for(model):
+        """The newest queued drift campaign of `model` if it can run now, else of any model that can."""
+        queued = [r for r in self.records.values() if r.status == QUEUED and not self._running_for(r.campaign.model)]
+        if self._at_capacity() or not queued:
             return
-        queued = [r for r in self.records.values() if r.status == QUEUED and r.campaign.model == model]
-        if queued:
-            await self._begin(max(queued, key=lambda r: r.campaign.started_unix))
+        mine = [r for r in queued if r.campaign.model == model] or queued
+        await self._begin(max(mine, key=lambda r: r.campaign.started_unix))
 
     async def _on_drift(self, drift: ev.DriftEvent, delivery: Delivery) -> None:
         if not drift.drift_id:
@@ -145,10 +162,15 @@ class AgentPoolService:
         if campaign_id in self.records:
             return  # redelivered, or already queued / run
         model = drift.current.model or self.common.model
-        record = await self._new_record(
-            campaign_id, model, list(self.default_slots), self.cfg.budget, drift.drift_id, drift.current
-        )
-        if not self._running_for(model):
+        try:
+            record = await self._new_record(
+                campaign_id, model, list(self.default_slots), self.cfg.budget, drift.drift_id, drift.current
+            )
+        except NoEngine as exc:
+            if delivery.num_delivered >= DRIFT_DELIVERIES:
+                raise Poison(f"drift {drift.drift_id} refused: {exc}") from exc
+            raise  # an engine host may still be starting: retried with backoff
+        if not self._running_for(model) and not self._at_capacity():
             await self._begin(record)
             return
         assert self._deps is not None
@@ -163,18 +185,32 @@ class AgentPoolService:
         log.info("drift queued behind a running campaign", campaign=campaign_id, model=model, drift=drift.drift_id)
 
     async def _on_start_request(self, request: ev.StartCampaignRequest) -> ev.Campaign:
-        slots = list(request.slots) or list(self.default_slots)
-        unknown = [s for s in slots if s not in SLOTS]
-        if unknown or request.budget < 0:
-            why = f"unknown slots {unknown}; known {sorted(SLOTS)}" if unknown else "budget must be >= 0"
-            return ev.Campaign(state=ev.CAMPAIGN_STATE_FAILED, stop_reason=why, slots=slots)
-        campaign_id = "m-" + uuid.uuid4().hex[:16]
-        record = await self._new_record(
-            campaign_id, request.model or self.common.model, slots, request.budget or self.cfg.budget,
-            "manual", request.profile,
-        )
+        slots = list(dict.fromkeys(request.slots)) or list(self.default_slots)
+        model = request.model  # required: an empty request is garbage, not "the default campaign"
+        why = self._refusal(slots, request.budget) or (None if model else "a campaign request must name its model")
+        record = None
+        if why is None:
+            try:
+                record = await self._new_record("m-" + uuid.uuid4().hex[:16], model, slots,
+                                                request.budget or self.cfg.budget, "manual", request.profile)
+            except NoEngine as exc:
+                why = str(exc)
+        if record is None:
+            log.warning("campaign request refused", model=model, slots=slots, budget=request.budget, reason=why)
+            return ev.Campaign(state=ev.CAMPAIGN_STATE_FAILED, stop_reason=why or "", slots=slots, model=model)
         await self._begin(record)
         return record.campaign
+
+    def _refusal(self, slots: list[str], budget: int) -> str | None:
+        unknown = [s for s in slots if s not in SLOTS]
+        if unknown:
+            return f"unknown slots {unknown}; known {sorted(SLOTS)}"
+        if not 0 <= budget <= self.cfg.max_budget:
+            return f"budget {budget} is outside 0..{self.cfg.max_budget} (0: the default, {self.cfg.budget})"
+        if self._at_capacity():
+            return (f"{len(self.runs)} campaigns are running; at most {self.cfg.max_campaigns} at once "
+                    "(POLYMORPH_AGENT_MAX_CAMPAIGNS)")
+        return None
 
     # -- feedback ---------------------------------------------------------------------------------
     async def _on_result(self, result: ev.BenchmarkResult, delivery: Delivery) -> None:

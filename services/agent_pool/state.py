@@ -26,7 +26,7 @@ from services.common.log import get_logger
 
 log = get_logger("agent_pool.state")
 
-QUEUED, RUNNING, COMPLETED, SUPERSEDED = "queued", "running", "completed", "superseded"
+QUEUED, RUNNING, COMPLETED, SUPERSEDED, FAILED = "queued", "running", "completed", "superseded", "failed"
 
 
 @dataclass

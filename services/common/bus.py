@@ -4,7 +4,9 @@ Handler contract for `Bus.consume`:
 - returns normally            → the message is acked;
 - raises `Poison`             → the message is terminated (never redelivered) and logged;
 - raises any other exception  → nak with an exponential backoff; JetStream stops after max_deliver.
-A payload that does not decode as the subject's message type is terminated and logged as malformed.
+A payload that does not decode as the subject's message type, has a field past its size limit or lacks
+what its type must carry (services/common/validation.py) is terminated and logged before any handler
+sees it.
 Handlers must be idempotent: JetStream delivers at least once.
 """
 
@@ -25,7 +27,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 from nats.js.errors import BadRequestError, NotFoundError
 
-from services.common import subjects
+from services.common import subjects, validation
 from services.common.log import get_logger
 
 M = TypeVar("M", bound=Message)
@@ -52,7 +54,9 @@ def _has_unknown_fields(message: Message) -> bool:
     return len(UnknownFieldSet(message)) > 0
 
 
-def parse(msg_type: type[M], data: bytes) -> M:
+def parse(msg_type: type[M], data: bytes, *, bounded: bool = True) -> M:
+    """Decode `data`; Poison when it is not a `msg_type` or (`bounded`) is not a valid one.
+    Replies to our own requests (SQL result sets) are not checked: they are ours, not the bus's."""
     message = msg_type()
     try:
         message.ParseFromString(data)
@@ -60,6 +64,11 @@ def parse(msg_type: type[M], data: bytes) -> M:
         raise Poison(f"malformed {msg_type.__name__}: {exc}") from exc
     if _has_unknown_fields(message):
         raise Poison(f"malformed {msg_type.__name__}: fields this version does not know")
+    if bounded:
+        try:
+            validation.check(message)
+        except validation.Invalid as exc:
+            raise Poison(f"refused {msg_type.__name__}: {exc}") from exc
     return message
 
 
@@ -236,7 +245,7 @@ class Bus:
         self, subject: str, message: Message, reply_type: type[R], timeout_s: float = 10.0
     ) -> R:
         reply = await self.nc.request(subject, message.SerializeToString(), timeout=timeout_s)
-        return parse(reply_type, reply.data)
+        return parse(reply_type, reply.data, bounded=False)
 
     # -- lifecycle --------------------------------------------------------------------------
     async def close(self) -> None:
@@ -255,9 +264,13 @@ class Bus:
 
 
 def _error_reply(reply_type: type[R], error: str) -> R:
+    """The reply type's own way to say no: its `error` field, or (a Campaign) its stop_reason."""
     reply = reply_type()
-    if "error" in reply.DESCRIPTOR.fields_by_name:
-        reply.error = error
+    fields = reply.DESCRIPTOR.fields_by_name
+    for name in ("error", "stop_reason"):
+        if name in fields:
+            setattr(reply, name, error)
+            break
     return reply
 
 

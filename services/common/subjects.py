@@ -9,6 +9,7 @@ TRAFFIC_REQUESTS = "traffic.requests"
 TRAFFIC_DRIFT = "traffic.drift"
 CAMPAIGN_STARTED = "campaigns.started"
 CAMPAIGN_COMPLETED = "campaigns.completed"
+CAMPAIGN_FAILED = "campaigns.failed"  # its steps kept failing: stop_reason says why
 CANDIDATES_PROPOSED = "candidates.proposed"
 CANDIDATES_BENCHMARKED = "candidates.benchmarked"
 CANDIDATES_VERIFIED = "candidates.verified"

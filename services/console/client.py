@@ -56,15 +56,15 @@ async def _request(url: str, subject: str, payload: bytes, timeout_s: float) -> 
 async def sql(url: str, query: str, max_rows: int = 0, timeout_s: float = 60.0) -> ev.SqlReply:
     data = await _request(url, subjects.REGISTRY_SQL, ev.SqlRequest(query=query, max_rows=max_rows)
                           .SerializeToString(), timeout_s)
-    return parse(ev.SqlReply, data)
+    return parse(ev.SqlReply, data, bounded=False)
 
 
 async def export(url: str, directory: str, timeout_s: float = 120.0) -> ev.ExportReply:
     data = await _request(url, subjects.REGISTRY_EXPORT, ev.ExportRequest(dir=directory).SerializeToString(),
                           timeout_s)
-    return parse(ev.ExportReply, data)
+    return parse(ev.ExportReply, data, bounded=False)
 
 
 async def start_campaign(url: str, request: ev.StartCampaignRequest, timeout_s: float = 30.0) -> ev.Campaign:
     data = await _request(url, subjects.CAMPAIGN_START, request.SerializeToString(), timeout_s)
-    return parse(ev.Campaign, data)
+    return parse(ev.Campaign, data, bounded=False)

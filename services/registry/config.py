@@ -20,6 +20,8 @@ class RegistryConfig:
     threads: int
     memory_limit: str
     signing_dir: Path        # the registry's Ed25519 key pair (private key 0600, public key readable)
+    candidate_deliveries: int = 8  # a benchmark or verdict whose candidate is still unknown after this
+                                   # many deliveries (~2 min at the bus's backoff) is refused
 
     @property
     def staging_dir(self) -> Path:
@@ -34,6 +36,7 @@ class RegistryConfig:
             sql_max_rows=env.int("REGISTRY_SQL_MAX_ROWS", 1000),
             sql_row_limit=env.int("REGISTRY_SQL_ROW_LIMIT", 100_000),
             max_deliver=env.int("REGISTRY_MAX_DELIVER", 100),
+            candidate_deliveries=env.int("REGISTRY_CANDIDATE_DELIVERIES", 8),
             lockdown=env.bool("REGISTRY_LOCKDOWN", True),
             threads=env.int("REGISTRY_THREADS", 2),
             memory_limit=env.str("REGISTRY_MEMORY_LIMIT", "1GB"),

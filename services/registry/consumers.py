@@ -48,14 +48,16 @@ def utc_now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-async def start_consumers(bus: Bus, db: Database, box: Outbox, *, max_deliver: int,
+async def start_consumers(bus: Bus, db: Database, box: Outbox, *, max_deliver: int, candidate_deliveries: int,
                           public_key: Ed25519PublicKey) -> None:
     for route in ROUTES:
-        await bus.consume(route.subject, route.msg_type, _handler(route, db, box, max_deliver, public_key),
-                          durable=f"registry-{route.name}", max_deliver=max_deliver)
+        handler = _handler(route, db, box, max_deliver, candidate_deliveries, public_key)
+        await bus.consume(route.subject, route.msg_type, handler, durable=f"registry-{route.name}",
+                          max_deliver=max_deliver)
 
 
-def _handler(route: Route, db: Database, box: Outbox, max_deliver: int, public_key: Ed25519PublicKey):
+def _handler(route: Route, db: Database, box: Outbox, max_deliver: int, candidate_deliveries: int,
+             public_key: Ed25519PublicKey):
     async def handle(msg: Message, delivery: Delivery) -> None:
         records.validate(msg, delivery.subject)
         if isinstance(msg, ev.KernelPromoted | ev.KernelDemoted):  # only what this registry signed is history
@@ -64,7 +66,8 @@ def _handler(route: Route, db: Database, box: Outbox, max_deliver: int, public_k
             except SignatureError as exc:
                 raise Poison(f"refused: {exc}") from exc
         meta = store.Meta(subject=delivery.subject, stream_seq=delivery.stream_seq, received_at=utc_now(),
-                          final_attempt=max_deliver > 0 and delivery.num_delivered >= max_deliver)
+                          final_attempt=max_deliver > 0 and delivery.num_delivered >= max_deliver,
+                          candidate_overdue=delivery.num_delivered >= candidate_deliveries)
         await db.write(route.writer, msg, meta)
         await box.flush()
 

@@ -97,7 +97,8 @@ def campaign_state(c: ev.Campaign, subject: str) -> str:
     if c.state != ev.CAMPAIGN_STATE_UNSPECIFIED:
         state = label(ev.CampaignState, c.state)
     else:
-        state = {subjects.CAMPAIGN_STARTED: "running", subjects.CAMPAIGN_COMPLETED: "completed"}.get(subject, "")
+        state = {subjects.CAMPAIGN_STARTED: "running", subjects.CAMPAIGN_COMPLETED: "completed",
+                 subjects.CAMPAIGN_FAILED: "failed"}.get(subject, "")
     if state not in CAMPAIGN_STATE_RANK:
         raise Poison(f"Campaign {c.campaign_id} on {subject} has no usable state")
     return state

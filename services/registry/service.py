@@ -41,6 +41,7 @@ class RegistryService:
         if owed:
             log.info("published announcements owed from before the restart", count=owed)
         await start_consumers(bus, self.db, box, max_deliver=cfg.max_deliver,
+                              candidate_deliveries=cfg.candidate_deliveries,
                               public_key=signer.private.public_key())
         await bus.serve(subjects.REGISTRY_SQL, ev.SqlRequest, ev.SqlReply, self._sql)
         await bus.serve(subjects.REGISTRY_EXPORT, ev.ExportRequest, ev.ExportReply, self._export)

@@ -12,7 +12,9 @@ import duckdb
 
 from proto.gen.polymorph.v1 import events_pb2 as ev
 from services.common import subjects
+from services.common.bus import Poison
 from services.common.log import get_logger
+from services.common.slot_specs import candidate_id
 from services.registry import promote, records
 from services.registry.records import Row
 
@@ -27,6 +29,7 @@ class Meta:
     stream_seq: int
     received_at: datetime
     final_attempt: bool = False  # JetStream will not deliver it again after this
+    candidate_overdue: bool = False  # delivered often enough that a still-unknown candidate is never coming
 
 
 def insert(con: duckdb.DuckDBPyConnection, table: str, row: Row) -> None:
@@ -91,7 +94,25 @@ def store_campaign(con: duckdb.DuckDBPyConnection, c: ev.Campaign, meta: Meta) -
     record_event(con, c, meta)
 
 
+def _require_candidate(con: duckdb.DuckDBPyConnection, msg: ev.BenchmarkResult | ev.Verdict, meta: Meta) -> None:
+    """A benchmark or verdict is data only about a candidate we hold, and must agree with it. One that
+    arrived before its candidate waits (redelivered with backoff); after the last delivery it is refused."""
+    kind = type(msg).__name__
+    row = con.execute("SELECT slot, campaign_id FROM candidates WHERE candidate_id = ?", [msg.candidate_id]).fetchone()
+    if row is None:
+        if meta.final_attempt or meta.candidate_overdue:
+            raise Poison(f"{kind} for unknown candidate {msg.candidate_id}: refused, not stored")
+        raise promote.NotReady(f"{kind} for {msg.candidate_id} arrived before its candidate")
+    slot, campaign = row
+    if msg.slot and msg.slot != slot:
+        raise Poison(f"{kind} for {msg.candidate_id} names slot {msg.slot!r}; the candidate is for {slot!r}")
+    if msg.campaign_id and campaign and msg.campaign_id != campaign:
+        raise Poison(f"{kind} for {msg.candidate_id} names campaign {msg.campaign_id}; the candidate's is {campaign}")
+
+
 def store_candidate(con: duckdb.DuckDBPyConnection, c: ev.Candidate, meta: Meta) -> None:
+    if c.candidate_id != candidate_id(c.slot, c.source):
+        raise Poison(f"Candidate {c.candidate_id} is not the content hash of its slot and source: refused")
     insert(con, "candidates", {**records.candidate_row(c), "received_at": meta.received_at})
     _names(con, meta, model=c.model)
     record_event(con, c, meta)
@@ -99,6 +120,7 @@ def store_candidate(con: duckdb.DuckDBPyConnection, c: ev.Candidate, meta: Meta)
 
 
 def store_benchmark(con: duckdb.DuckDBPyConnection, b: ev.BenchmarkResult, meta: Meta) -> None:
+    _require_candidate(con, b, meta)
     insert(con, "benchmarks", {**records.benchmark_row(b), "received_at": meta.received_at})
     _names(con, meta, model=b.model, hardware=b.hardware, engine_id=b.engine_id)
     record_event(con, b, meta)
@@ -106,6 +128,7 @@ def store_benchmark(con: duckdb.DuckDBPyConnection, b: ev.BenchmarkResult, meta:
 
 
 def store_verdict(con: duckdb.DuckDBPyConnection, v: ev.Verdict, meta: Meta) -> None:
+    _require_candidate(con, v, meta)
     row = records.verdict_row(v)
     old = con.execute("SELECT status, decision FROM verdicts WHERE candidate_id = ?", [v.candidate_id]).fetchone()
     if old is None:
@@ -138,9 +161,9 @@ def store_verdict(con: duckdb.DuckDBPyConnection, v: ev.Verdict, meta: Meta) -> 
     if promote.evaluate(con, v.candidate_id, meta.received_at):
         return
     if not meta.final_attempt:
-        raise promote.NotReady(f"verdict for {v.candidate_id} arrived before its candidate or benchmark")
-    # keep the verdict: the candidate or benchmark handler decides it if they ever arrive
-    log.error("verdict stored undecided: its candidate or benchmark never arrived",
+        raise promote.NotReady(f"verdict for {v.candidate_id} arrived before its benchmark")
+    # keep the verdict: the benchmark handler decides it if it ever arrives
+    log.error("verdict stored undecided: its benchmark never arrived",
               candidate_id=v.candidate_id)
 
 

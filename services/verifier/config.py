@@ -38,6 +38,7 @@ class VerifierConfig:
     rpc_timeout_s: float
     discover_timeout_s: float
     max_deliver: int  # attempts per benchmark message (engine down, source not yet seen)
+    candidate_deliveries: int  # a benchmark whose candidate is still unknown after this many is refused
 
     @classmethod
     def from_env(cls, env: Env, common: CommonSettings | None = None) -> VerifierConfig:
@@ -57,6 +58,7 @@ class VerifierConfig:
             rpc_timeout_s=env.float("VERIFIER_RPC_TIMEOUT_S", 300.0),
             discover_timeout_s=env.float("VERIFIER_DISCOVER_TIMEOUT_S", 5.0),
             max_deliver=env.int("VERIFIER_MAX_DELIVER", 40),
+            candidate_deliveries=env.int("VERIFIER_CANDIDATE_DELIVERIES", 8),
         )
         if config.e2e_steps < 1 or config.e2e_prompts < 1:
             raise ConfigError("POLYMORPH_VERIFIER_E2E_STEPS and _E2E_PROMPTS must be ≥ 1")

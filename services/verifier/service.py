@@ -86,6 +86,8 @@ class VerifierService:
             return
         candidate = self.sources.get(cid)
         if candidate is None:
+            if delivery.num_delivered >= self.config.candidate_deliveries:  # ~2 min of waiting: never coming
+                raise Poison(f"benchmark for unknown candidate {cid}: refused")
             raise SourceNotYetKnown(f"source of candidate {cid} not seen on {subjects.CANDIDATES_PROPOSED} yet")
         if bench.slot and bench.slot != candidate.slot:
             raise Poison(f"benchmark says slot {bench.slot!r} but candidate {cid} is for {candidate.slot!r}")

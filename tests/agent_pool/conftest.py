@@ -84,16 +84,26 @@ def result(c: ev.Candidate, speedup: float, status: int = ev.BENCH_STATUS_OK, re
 
 
 class FakeEngine:
-    """Collects proposed candidates; `score` (if set) answers each one as soon as it arrives."""
+    """Collects proposed candidates; `score` (if set) answers each one as soon as it arrives. Answers
+    engine.discover for `model`, as an engine host does (campaigns start only for a served model)."""
 
-    def __init__(self, bus: Bus, score: Callable[[ev.Candidate], ev.BenchmarkResult | None] | None = None):
+    def __init__(self, bus: Bus, score: Callable[[ev.Candidate], ev.BenchmarkResult | None] | None = None,
+                 model: str = "llama-tiny"):
         self.bus = bus
         self.score = score
+        self.model = model
         self.candidates: list[ev.Candidate] = []
 
     async def start(self, durable: str = "test-engine") -> FakeEngine:
+        await self.bus.nc.subscribe(subjects.ENGINE_DISCOVER, cb=self._discover)
         await self.bus.consume(subjects.CANDIDATES_PROPOSED, ev.Candidate, self._on, durable=durable)
         return self
+
+    async def _discover(self, msg) -> None:
+        request = ev.DiscoverRequest.FromString(msg.data)
+        if request.model in ("", self.model) and msg.reply:
+            await msg.respond(ev.EngineAddress(address="127.0.0.1:1", engine_id="test-engine", model=self.model,
+                                               hardware="cpu", tiers=["fast"]).SerializeToString())
 
     async def _on(self, c: ev.Candidate, delivery: Delivery) -> None:
         self.candidates.append(c)

@@ -128,12 +128,62 @@ async def test_optimize_request_starts_a_campaign_and_rejects_unknown_slots(bus:
     assert bad.state == ev.CAMPAIGN_STATE_FAILED and "warp" in bad.stop_reason
     profile = ev.TrafficProfile(buckets=BUCKETS[:1])
     ok = await bus.request(
-        subjects.CAMPAIGN_START, ev.StartCampaignRequest(slots=["rope"], budget=2, profile=profile), ev.Campaign
+        subjects.CAMPAIGN_START, ev.StartCampaignRequest(model="llama-tiny", slots=["rope"], budget=2,
+                                                         profile=profile), ev.Campaign
     )
     assert ok.state == ev.CAMPAIGN_STATE_RUNNING and ok.trigger == "manual" and ok.budget == 2
     await wait_for(lambda: len(engine.candidates) == 2)
     assert all(c.campaign_id == ok.campaign_id and list(c.shapes) == BUCKETS[:1] for c in engine.candidates)
     assert {c.slot for c in engine.candidates} == {"rope"}
+
+
+async def test_requests_are_refused_with_their_reason_and_start_nothing(bus: Bus, pool) -> None:
+    await pool(agent_max_campaigns=1, agent_max_budget=50, agent_discover_timeout_s=0.5, agent_in_flight=1)
+    started = await Collector.on(bus, subjects.CAMPAIGN_STARTED, ev.Campaign, "t-started")
+
+    async def ask(**fields) -> ev.Campaign:
+        return await bus.request(subjects.CAMPAIGN_START, ev.StartCampaignRequest(**fields), ev.Campaign)
+
+    no_engine = await ask(model="llama-tiny", slots=["rope"])  # nothing answers engine.discover yet
+    assert no_engine.state == ev.CAMPAIGN_STATE_FAILED
+    assert "no engine serves model 'llama-tiny'" in no_engine.stop_reason
+    await FakeEngine(bus).start()
+    assert "must name its model" in (await ask(slots=["rope"])).stop_reason  # an empty request is not a default
+    assert "outside 0..50" in (await ask(model="llama-tiny", budget=51)).stop_reason
+    assert "no engine serves model 'llama-3.1-8b'" in (await ask(model="llama-3.1-8b")).stop_reason
+    first = await ask(model="llama-tiny", slots=["rope"], budget=5)
+    assert first.state == ev.CAMPAIGN_STATE_RUNNING
+    second = await ask(model="llama-tiny", slots=["rmsnorm"], budget=5)
+    assert not second.campaign_id and "at most 1 at once" in second.stop_reason
+    await wait_for(lambda: len(started.items) == 1)
+    await asyncio.sleep(0.5)
+    assert [c.campaign_id for c in started.items] == [first.campaign_id]
+
+
+async def test_a_drift_for_a_model_no_engine_serves_waits_for_one(bus: Bus, pool) -> None:
+    await pool(campaign_budget=2, agent_in_flight=2, agent_discover_timeout_s=0.3)
+    started = await Collector.on(bus, subjects.CAMPAIGN_STARTED, ev.Campaign, "t-started")
+    await bus.publish(subjects.TRAFFIC_DRIFT, drift("drift-other", model="llama-other"), msg_id="drift-other")
+    await asyncio.sleep(1.5)
+    assert started.items == []  # retried with backoff, not started
+    await FakeEngine(bus, model="llama-other").start()
+    await wait_for(lambda: len(started.items) == 1, timeout_s=30)
+    assert started.items[0].model == "llama-other"
+
+
+async def test_a_campaign_whose_steps_keep_failing_ends_failed_with_its_reason(bus: Bus, pool) -> None:
+    await pool(campaign_budget=8, agent_in_flight=1, agent_step_failure_s=1.0)
+    failed = await Collector.on(bus, subjects.CAMPAIGN_FAILED, ev.Campaign, "t-failed")
+    engine = await FakeEngine(bus).start()
+    ok = await bus.request(subjects.CAMPAIGN_START, ev.StartCampaignRequest(model="llama-tiny", slots=["rope"]),
+                           ev.Campaign)
+    await wait_for(lambda: len(engine.candidates) == 1)
+    await bus.js.delete_key_value("agent_pool")  # its state store is gone: every step now fails
+    await engine.answer(engine.candidates[0], 1.1)
+    await wait_for(lambda: len(failed.items) == 1, timeout_s=60)
+    assert failed.items[0].campaign_id == ok.campaign_id
+    assert failed.items[0].state == ev.CAMPAIGN_STATE_FAILED
+    assert "kept failing" in failed.items[0].stop_reason
 
 
 async def test_drifts_during_a_campaign_queue_and_only_the_newest_runs_next(bus: Bus, pool) -> None:

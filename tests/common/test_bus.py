@@ -7,20 +7,27 @@ import asyncio
 from proto.gen.polymorph.v1 import events_pb2 as ev
 from services.common import subjects
 from services.common.bus import Bus, Delivery, Poison
+from services.common.slot_specs import candidate_id
 from tests.helpers import wait_for
+
+
+def _cand(name: str) -> ev.Candidate:
+    """A valid Candidate (the bus refuses invalid ones before handlers see them), told apart by `agent`."""
+    source = f"# {name}\n"
+    return ev.Candidate(candidate_id=candidate_id("rmsnorm", source), slot="rmsnorm", source=source, agent=name)
 
 
 async def test_publish_consume_and_dedup(bus: Bus) -> None:
     seen: list[str] = []
 
     async def handler(msg: ev.Candidate, delivery: Delivery) -> None:
-        seen.append(msg.candidate_id)
+        seen.append(msg.agent)
 
     await bus.consume(subjects.CANDIDATES_PROPOSED, ev.Candidate, handler, durable="t1")
-    assert await bus.publish(subjects.CANDIDATES_PROPOSED, ev.Candidate(candidate_id="a"), msg_id="a")
+    assert await bus.publish(subjects.CANDIDATES_PROPOSED, _cand("a"), msg_id="a")
     # the same id again is a duplicate in the stream's window: never delivered twice
-    assert not await bus.publish(subjects.CANDIDATES_PROPOSED, ev.Candidate(candidate_id="a"), msg_id="a")
-    await bus.publish(subjects.CANDIDATES_PROPOSED, ev.Candidate(candidate_id="b"), msg_id="b")
+    assert not await bus.publish(subjects.CANDIDATES_PROPOSED, _cand("a"), msg_id="a")
+    await bus.publish(subjects.CANDIDATES_PROPOSED, _cand("b"), msg_id="b")
     await wait_for(lambda: len(seen) == 2)
     await asyncio.sleep(0.3)
     assert seen == ["a", "b"]
@@ -30,15 +37,15 @@ async def test_retry_then_success_and_poison_terminated(bus: Bus) -> None:
     attempts: dict[str, int] = {}
 
     async def handler(msg: ev.Candidate, delivery: Delivery) -> None:
-        attempts[msg.candidate_id] = delivery.num_delivered
-        if msg.candidate_id == "flaky" and delivery.num_delivered < 2:
+        attempts[msg.agent] = delivery.num_delivered
+        if msg.agent == "flaky" and delivery.num_delivered < 2:
             raise RuntimeError("transient")
-        if msg.candidate_id == "bad":
+        if msg.agent == "bad":
             raise Poison("never valid")
 
     await bus.consume(subjects.CANDIDATES_PROPOSED, ev.Candidate, handler, durable="t2")
-    await bus.publish(subjects.CANDIDATES_PROPOSED, ev.Candidate(candidate_id="flaky"))
-    await bus.publish(subjects.CANDIDATES_PROPOSED, ev.Candidate(candidate_id="bad"))
+    await bus.publish(subjects.CANDIDATES_PROPOSED, _cand("flaky"))
+    await bus.publish(subjects.CANDIDATES_PROPOSED, _cand("bad"))
     await wait_for(lambda: attempts.get("flaky") == 2, timeout_s=15)
     await asyncio.sleep(1.5)
     assert attempts["bad"] == 1  # terminated, not redelivered
@@ -50,11 +57,11 @@ async def test_malformed_payload_is_terminated(bus: Bus) -> None:
     seen: list[str] = []
 
     async def handler(msg: ev.Candidate, delivery: Delivery) -> None:
-        seen.append(msg.candidate_id)
+        seen.append(msg.agent)
 
     await bus.consume(subjects.CANDIDATES_PROPOSED, ev.Candidate, handler, durable="t3")
     await bus.js.publish(subjects.CANDIDATES_PROPOSED, b"\xff\x00garbage")
-    await bus.publish(subjects.CANDIDATES_PROPOSED, ev.Candidate(candidate_id="ok"))
+    await bus.publish(subjects.CANDIDATES_PROPOSED, _cand("ok"))
     await wait_for(lambda: seen == ["ok"])
     await asyncio.sleep(0.5)
     info = await bus.js.consumer_info(subjects.stream_for(subjects.CANDIDATES_PROPOSED), "t3")
@@ -74,3 +81,25 @@ async def test_request_reply_errors_come_back_as_replies(bus: Bus) -> None:
     assert "bad query" in bad.error
     raw = await bus.nc.request("test.sql", b"\xff\xff", timeout=5)
     assert "malformed" in ev.SqlReply.FromString(raw.data).error
+
+
+async def test_invalid_messages_are_terminated_before_the_handler(bus: Bus) -> None:
+    seen: list[str] = []
+
+    async def handler(msg: ev.Candidate, delivery: Delivery) -> None:
+        seen.append(msg.agent)
+
+    await bus.consume(subjects.CANDIDATES_PROPOSED, ev.Candidate, handler, durable="t5")
+    await bus.publish(subjects.CANDIDATES_PROPOSED, ev.Candidate(candidate_id="not-a-hash", slot="rmsnorm",
+                                                                 source="x", agent="bad id"))
+    await bus.publish(subjects.CANDIDATES_PROPOSED, ev.Candidate(candidate_id="0" * 16, slot="nope", source="x",
+                                                                 agent="unknown slot"))
+    huge = _cand("huge")
+    huge.model = "m" * 900_000
+    await bus.publish(subjects.CANDIDATES_PROPOSED, huge)
+    await bus.publish(subjects.CANDIDATES_PROPOSED, _cand("ok"))
+    await wait_for(lambda: seen == ["ok"])
+    await asyncio.sleep(0.5)
+    assert seen == ["ok"]
+    info = await bus.js.consumer_info(subjects.stream_for(subjects.CANDIDATES_PROPOSED), "t5")
+    assert info.num_redelivered == 0 and info.num_ack_pending == 0

@@ -21,8 +21,14 @@ STACK_ENV = {
 
 
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Stack]:
-    s = Stack(tmp_path / "stack", extra_env=STACK_ENV, port=-1)
+def stack_env() -> dict[str, str]:
+    """Settings a test module adds to STACK_ENV (override the fixture there)."""
+    return {}
+
+
+@pytest.fixture
+def stack(tmp_path: Path, stack_env: dict[str, str]) -> Iterator[Stack]:
+    s = Stack(tmp_path / "stack", extra_env={**STACK_ENV, **stack_env}, port=-1)
     s.start()
     try:
         yield s

@@ -136,7 +136,7 @@ async def test_restart_and_full_replay_keep_exactly_one_row_each(
     await publish_all(bus, loop_messages())
     await wait_sql(bus, COUNTS, EXPECTED)
     await registry.stop()
-    await publish_all(bus, [(subjects.board("c1"), ev.BoardNote(note_id="n2", campaign_id="c1"), "n2")])
+    await publish_all(bus, [(subjects.board("c1"), ev.BoardNote(note_id="n2", campaign_id="c1", text="second"), "n2")])
 
     await registry.start()  # resumes its durable consumers: only the new note is delivered
     await wait_sql(bus, "SELECT count(*) FROM board_notes", "2")

@@ -79,9 +79,12 @@ async def test_malformed_records_are_counted_and_skipped(nats_url: str, bus: Bus
 async def test_completed_campaign_requests_a_rebase(nats_url: str, bus: Bus, tmp_path: Path) -> None:
     profiler, profiler_bus = await _start(nats_url, tmp_path / "state")
     try:
-        await bus.publish(subjects.CAMPAIGN_STARTED, ev.Campaign(campaign_id="c1", state=ev.CAMPAIGN_STATE_RUNNING))
+        started = ev.Campaign(campaign_id="c1", model="llama-tiny", slots=["rope"], budget=4,
+                              state=ev.CAMPAIGN_STATE_RUNNING)
+        await bus.publish(subjects.CAMPAIGN_STARTED, started)
         await bus.publish(subjects.CAMPAIGN_COMPLETED,
-                          ev.Campaign(campaign_id="c1", state=ev.CAMPAIGN_STATE_COMPLETED), msg_id="c1:COMPLETED")
+                          ev.Campaign(campaign_id="c1", model="llama-tiny", slots=["rope"], budget=4,
+                                      state=ev.CAMPAIGN_STATE_COMPLETED), msg_id="c1:COMPLETED")
         await wait_for(lambda: profiler.detector.rebase_requested)
     finally:
         await profiler_bus.close()
