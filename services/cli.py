@@ -45,13 +45,16 @@ def cmd_sql(args: argparse.Namespace) -> int:
     from services.console import client, tables
     from services.console.term import make_console
 
-    reply = asyncio.run(client.sql(_nats_url(args), args.query, max_rows=args.max_rows))
+    reply = asyncio.run(client.sql(_nats_url(args), args.query, max_rows=args.max_rows,
+                                   json_values=args.format == "json"))
     if reply.error:
         print(f"error: {reply.error}", file=sys.stderr)
         return 1
     if args.format == "csv":
         sys.stdout.write(tables.sql_csv(reply))
-    elif args.format == "json":
+        if reply.truncated:  # stdout stays plain CSV
+            print(tables.truncation_notice(reply), file=sys.stderr)
+    elif args.format == "json":  # says "truncated" itself
         print(tables.sql_json(reply))
     else:
         make_console().print(tables.sql_table(reply))
@@ -61,8 +64,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from services.console import client
 
-    target = args.dir.resolve()
-    reply = asyncio.run(client.export(_nats_url(args), str(target)))
+    reply = asyncio.run(client.export(_nats_url(args), args.dir))
     if reply.error:
         print(f"error: {reply.error}", file=sys.stderr)
         return 1
@@ -146,11 +148,14 @@ def build_parser() -> argparse.ArgumentParser:
     sql = sub.add_parser("sql", help="read-only SQL on the registry")
     sql.add_argument("query")
     sql.add_argument("--format", choices=("table", "csv", "json"), default="table")
-    sql.add_argument("--max-rows", type=int, default=0)
+    sql.add_argument("--max-rows", type=int, default=0,
+                     help="rows to return (0: the registry's default, 1000 unless configured); every "
+                          "format says when rows were left out")
     sql.set_defaults(func=cmd_sql)
 
-    export = sub.add_parser("export", help="write every registry table as Parquet into DIR")
-    export.add_argument("dir", type=Path)
+    export = sub.add_parser("export", help="write every registry table as Parquet into DIR under the "
+                                           "registry's export root (<data dir>/exports on its host)")
+    export.add_argument("dir", help="a relative directory name such as snapshots/monday")
     export.set_defaults(func=cmd_export)
 
     optimize = sub.add_parser("optimize", help="start a campaign now, without waiting for drift")

@@ -23,6 +23,7 @@ from google.protobuf.message import DecodeError, Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 from nats.js.errors import BadRequestError, NotFoundError
@@ -79,6 +80,8 @@ class Bus:
         self.name = name
         self._tasks: list[asyncio.Task] = []
         self._pull_subs: list[JetStreamContext.PullSubscription] = []
+        self._served: list[Subscription] = []
+        self._answering: set[asyncio.Task] = set()
         self._stopping = asyncio.Event()
 
     @classmethod
@@ -221,22 +224,40 @@ class Bus:
         handler: Callable[[M], Awaitable[R]],
         *,
         queue: str = "",
+        concurrency: int = 1,
     ) -> None:
-        """Answer requests; errors travel back as a reply with its `error` field set."""
+        """Answer requests; errors travel back as a reply with its `error` field set. Up to
+        `concurrency` requests are answered at once, each in a task of its own (nats-py runs one
+        callback per subscription at a time); the next waits until one of them has answered."""
+        slots = asyncio.Semaphore(concurrency)
 
-        async def on_request(msg: Msg) -> None:
+        async def reply_to(msg: Msg) -> R:
             try:
-                reply = await handler(parse(request_type, msg.data))
+                return await handler(parse(request_type, msg.data))
             except Poison as exc:
                 log.error("malformed request", subject=subject, reason=str(exc))
-                reply = _error_reply(reply_type, str(exc))
+                return _error_reply(reply_type, str(exc))
             except Exception as exc:
                 log.exception("request failed", subject=subject)
-                reply = _error_reply(reply_type, f"{type(exc).__name__}: {exc}")
-            if msg.reply:
-                await msg.respond(reply.SerializeToString())
+                return _error_reply(reply_type, f"{type(exc).__name__}: {exc}")
 
-        await self.nc.subscribe(subject, queue=queue or subject, cb=on_request)
+        async def answer(msg: Msg) -> None:
+            try:
+                reply = await reply_to(msg)
+                if msg.reply:
+                    await msg.respond(reply.SerializeToString())
+            except Exception as exc:  # the connection went away: the requester times out
+                log.warning("reply not sent", subject=subject, error=f"{type(exc).__name__}: {exc}")
+            finally:
+                slots.release()
+
+        async def on_request(msg: Msg) -> None:
+            await slots.acquire()
+            task = asyncio.create_task(answer(msg))
+            self._answering.add(task)
+            task.add_done_callback(self._answering.discard)
+
+        self._served.append(await self.nc.subscribe(subject, queue=queue or subject, cb=on_request))
         # the server holds the interest once this returns: a request sent right after a (re)start by
         # another connection finds a responder instead of failing with NoResponders
         await self.nc.flush()
@@ -249,7 +270,8 @@ class Bus:
 
     # -- lifecycle --------------------------------------------------------------------------
     async def close(self) -> None:
-        """Stop fetching, let in-flight handlers finish, then drain the connection."""
+        """Stop fetching, let in-flight handlers finish and requests already here be answered, then
+        drain the connection."""
         self._stopping.set()
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=30)
@@ -259,6 +281,10 @@ class Bus:
         for sub in self._pull_subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
+        drains = [asyncio.wait_for(sub.drain(), timeout=30) for sub in self._served]
+        await asyncio.gather(*drains, return_exceptions=True)
+        if self._answering:  # answers still on their way need the connection open
+            await asyncio.wait(self._answering, timeout=30)
         with contextlib.suppress(Exception):
             await self.nc.drain()
 

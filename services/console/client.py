@@ -53,13 +53,16 @@ async def _request(url: str, subject: str, payload: bytes, timeout_s: float) -> 
     return reply.data
 
 
-async def sql(url: str, query: str, max_rows: int = 0, timeout_s: float = 60.0) -> ev.SqlReply:
-    data = await _request(url, subjects.REGISTRY_SQL, ev.SqlRequest(query=query, max_rows=max_rows)
-                          .SerializeToString(), timeout_s)
+async def sql(url: str, query: str, max_rows: int = 0, timeout_s: float = 60.0,
+              json_values: bool = False) -> ev.SqlReply:
+    """`json_values`: ask for every value as JSON as well, types kept (for --format json)."""
+    request = ev.SqlRequest(query=query, max_rows=max_rows, json_values=json_values)
+    data = await _request(url, subjects.REGISTRY_SQL, request.SerializeToString(), timeout_s)
     return parse(ev.SqlReply, data, bounded=False)
 
 
 async def export(url: str, directory: str, timeout_s: float = 120.0) -> ev.ExportReply:
+    """`directory`: relative to the registry's export root, on the registry's host."""
     data = await _request(url, subjects.REGISTRY_EXPORT, ev.ExportRequest(dir=directory).SerializeToString(),
                           timeout_s)
     return parse(ev.ExportReply, data, bounded=False)

@@ -14,6 +14,8 @@ class RegistryConfig:
     sql_timeout_s: float     # a registry.sql query running longer is interrupted
     sql_max_rows: int        # rows per reply when the request says 0
     sql_row_limit: int       # hard cap whatever the request asks for
+    sql_readers: int         # queries (and exports) that run at once, each on its own cursor
+    export_root: Path        # registry.export writes only into directories under this one
     max_deliver: int         # deliveries per message before JetStream gives up (verdicts wait for
                              # their benchmark this long; the registry is the system of record)
     lockdown: bool           # disable DuckDB file access from SQL (read_csv('/etc/...') and friends)
@@ -25,8 +27,9 @@ class RegistryConfig:
 
     @property
     def staging_dir(self) -> Path:
-        """The one directory DuckDB may write to under lockdown: Parquet exports are staged here."""
-        return self.db_path.parent / f"{self.db_path.name}.export-staging"
+        """The one directory DuckDB may write to under lockdown: Parquet exports are staged here,
+        inside the export root so that a finished file moves into place with one rename."""
+        return self.export_root / ".staging"
 
     @classmethod
     def from_env(cls, env: Env, common: CommonSettings) -> RegistryConfig:
@@ -35,6 +38,8 @@ class RegistryConfig:
             sql_timeout_s=env.float("REGISTRY_SQL_TIMEOUT_S", 30.0),
             sql_max_rows=env.int("REGISTRY_SQL_MAX_ROWS", 1000),
             sql_row_limit=env.int("REGISTRY_SQL_ROW_LIMIT", 100_000),
+            sql_readers=env.int("REGISTRY_SQL_READERS", 4),
+            export_root=env.path("REGISTRY_EXPORT_ROOT", common.data_dir / "exports").resolve(),
             max_deliver=env.int("REGISTRY_MAX_DELIVER", 100),
             candidate_deliveries=env.int("REGISTRY_CANDIDATE_DELIVERIES", 8),
             lockdown=env.bool("REGISTRY_LOCKDOWN", True),

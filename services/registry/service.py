@@ -11,9 +11,10 @@ from services.common.log import get_logger
 from services.common.signing import PUBLIC_FILE, Signer
 from services.registry.config import RegistryConfig
 from services.registry.consumers import start_consumers, utc_now
-from services.registry.db import Database, QueryTimeout
+from services.registry.db import Database
 from services.registry.export import export_tables
 from services.registry.outbox import Outbox
+from services.registry.readers import QueryTimeout
 from services.registry.sql import run_query
 
 log = get_logger("registry")
@@ -32,7 +33,7 @@ class RegistryService:
         cfg = self.config
         self._bus = bus
         self.db = Database(cfg.db_path, staging_dir=cfg.staging_dir, lockdown=cfg.lockdown,
-                           threads=cfg.threads, memory_limit=cfg.memory_limit)
+                           threads=cfg.threads, memory_limit=cfg.memory_limit, readers=cfg.sql_readers)
         await self.db.open()
         signer = Signer.load_or_create(cfg.signing_dir)
         log.info("signing promotions", key_id=signer.key_id, public_key=str(cfg.signing_dir / PUBLIC_FILE))
@@ -43,7 +44,8 @@ class RegistryService:
         await start_consumers(bus, self.db, box, max_deliver=cfg.max_deliver,
                               candidate_deliveries=cfg.candidate_deliveries,
                               public_key=signer.private.public_key())
-        await bus.serve(subjects.REGISTRY_SQL, ev.SqlRequest, ev.SqlReply, self._sql)
+        # as many requests at once as there are readers; more wait their turn in the subscription
+        await bus.serve(subjects.REGISTRY_SQL, ev.SqlRequest, ev.SqlReply, self._sql, concurrency=cfg.sql_readers)
         await bus.serve(subjects.REGISTRY_EXPORT, ev.ExportRequest, ev.ExportReply, self._export)
         await bus.nc.flush()  # the server knows our subscriptions before anyone is told we are up
         log.info("registry ready", db=str(cfg.db_path))
@@ -56,6 +58,9 @@ class RegistryService:
     async def _sql(self, request: ev.SqlRequest) -> ev.SqlReply:
         assert self.db is not None and self._bus is not None
         max_bytes = max(self._bus.nc.max_payload - REPLY_HEADROOM_BYTES, 64 * 1024)
+        readers = self.db.readers
+        if readers is not None and readers.busy == readers.size:
+            log.info("every SQL reader is busy; the query waits for one", readers=readers.size)
         try:
             query = partial(run_query, default_rows=self.config.sql_max_rows,
                             row_limit=self.config.sql_row_limit, max_bytes=max_bytes)
@@ -65,6 +70,6 @@ class RegistryService:
 
     async def _export(self, request: ev.ExportRequest) -> ev.ExportReply:
         assert self.db is not None
-        reply = await self.db.read(export_tables, request, self.config.staging_dir)
+        reply = await self.db.read(export_tables, request, self.config.export_root, self.config.staging_dir)
         log.info("exported", dir=request.dir, files=len(reply.files), error=reply.error)
         return reply

@@ -4,6 +4,8 @@ A query is accepted only if DuckDB's own parser sees exactly one statement of a 
 (SELECT, which includes WITH / FROM / DESCRIBE / SHOW / SUMMARIZE, EXPLAIN, and a few showing
 PRAGMAs). It then runs inside a READ ONLY transaction that is rolled back afterwards, so even
 EXPLAIN ANALYZE of a write cannot change anything. Errors come back in `error`, never as rows.
+Values travel as text; a request that sets `json_values` gets each one as JSON as well, so that a
+client can keep numbers, booleans, nulls, lists and structs as what they are.
 """
 
 from __future__ import annotations
@@ -65,14 +67,28 @@ def render(value: Any) -> tuple[str, bool]:
     if isinstance(value, bytes | bytearray | memoryview):
         return "\\x" + bytes(value).hex(), False
     if isinstance(value, list | tuple | dict):
-        return json.dumps(value, default=_json_default, separators=(",", ":")), False
+        return json_value(value), False
     return str(value), False
 
 
-def _json_default(value: Any) -> Any:
+def json_value(value: Any) -> str:
+    """A value as JSON text for SqlRow.json_values: always valid JSON (no NaN literals)."""
+    return json.dumps(_jsonable(value), separators=(",", ":"), allow_nan=False)
+
+
+def _jsonable(value: Any) -> Any:
+    """Numbers, booleans, null, lists and objects stay what they are; the rest becomes its text."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else render(value)[0]  # JSON has no NaN or infinity
     if isinstance(value, Decimal):
-        return str(value)
-    return render(value)[0]
+        return float(value)
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):  # STRUCT, and MAP whose keys need not be text
+        return {(k if isinstance(k, str) else render(k)[0]): _jsonable(v) for k, v in value.items()}
+    return render(value)[0]  # times, intervals, UUIDs, blobs
 
 
 def run_query(cur: duckdb.DuckDBPyConnection, request: ev.SqlRequest, *, default_rows: int, row_limit: int,
@@ -93,6 +109,8 @@ def run_query(cur: duckdb.DuckDBPyConnection, request: ev.SqlRequest, *, default
         for values in rows[:max_rows]:
             rendered = [render(v) for v in values]
             row = ev.SqlRow(values=[t for t, _ in rendered], is_null=[n for _, n in rendered])
+            if request.json_values:
+                row.json_values.extend(json_value(v) for v in values)
             size += row.ByteSize() + ROW_OVERHEAD_BYTES
             if size > max_bytes:  # the reply must fit in one NATS message
                 reply.truncated = True

@@ -103,3 +103,34 @@ async def test_invalid_messages_are_terminated_before_the_handler(bus: Bus) -> N
     assert seen == ["ok"]
     info = await bus.js.consumer_info(subjects.stream_for(subjects.CANDIDATES_PROPOSED), "t5")
     assert info.num_redelivered == 0 and info.num_ack_pending == 0
+
+
+async def test_serve_answers_up_to_its_concurrency_at_once_and_close_waits_for_answers(nats_url: str) -> None:
+    server = await Bus.connect(nats_url, "server", manage_streams=False)
+    client = await Bus.connect(nats_url, "client", manage_streams=False)
+    gate = asyncio.Event()
+    entered: list[str] = []
+
+    async def handler(req: ev.SqlRequest) -> ev.SqlReply:
+        entered.append(req.query)
+        if req.query == "wait":
+            await gate.wait()
+        return ev.SqlReply(columns=[req.query])
+
+    try:
+        await server.serve("test.sql", ev.SqlRequest, ev.SqlReply, handler, concurrency=2)
+        waiting = asyncio.create_task(client.request("test.sql", ev.SqlRequest(query="wait"), ev.SqlReply))
+        await wait_for(lambda: entered == ["wait"])
+        # the first is still in its handler; the second is answered anyway
+        assert (await client.request("test.sql", ev.SqlRequest(query="now"), ev.SqlReply)).columns == ["now"]
+        assert not waiting.done()
+
+        closing = asyncio.create_task(server.close())
+        await asyncio.sleep(0.2)
+        assert not closing.done()  # a request already taken is answered before the connection goes
+        gate.set()
+        assert (await waiting).columns == ["wait"]
+        await closing
+    finally:
+        gate.set()
+        await client.close()

@@ -39,7 +39,8 @@ class RunningRegistry:
 def registry_config(tmp_path: Path) -> RegistryConfig:
     return RegistryConfig(
         db_path=tmp_path / "data" / "registry.duckdb", sql_timeout_s=30.0, sql_max_rows=1000,
-        sql_row_limit=100_000, max_deliver=100, lockdown=True, threads=1, memory_limit="512MB",
+        sql_row_limit=100_000, sql_readers=4, export_root=tmp_path / "data" / "exports",
+        max_deliver=100, lockdown=True, threads=1, memory_limit="512MB",
         signing_dir=tmp_path / "data" / "registry",
     )
 

@@ -10,7 +10,7 @@ import pytest
 from proto.gen.polymorph.v1 import events_pb2 as ev
 from services.registry.migrations import MIGRATIONS, Migration, apply_migrations, current_version
 from services.registry.schema import TABLES
-from services.registry.sql import Refused, check_read_only, render, run_query
+from services.registry.sql import Refused, check_read_only, json_value, render, run_query
 from services.registry.views import VIEWS
 
 
@@ -95,3 +95,18 @@ def test_run_query_caps_rows_renders_values_and_stays_read_only(tmp_path: Path) 
         assert con.execute("SELECT count(*) FROM t").fetchone()[0] == 50
     assert render(float("nan")) == ("nan", False)
     assert render(b"\x01\xff") == ("\\x01ff", False)
+    assert not any(row.json_values for row in reply.rows)  # only sent when asked: replies stay small
+
+
+def test_json_values_keep_types_and_stay_valid_json(tmp_path: Path) -> None:
+    with duckdb.connect(str(tmp_path / "r.duckdb")) as con:
+        q = ev.SqlRequest(query="SELECT 3 AS i, NULL AS n, false AS b, [1.5, 'inf'::DOUBLE] AS l, "
+                                "{'a': [true], 'at': TIMESTAMP '2024-05-06 07:08:09'} AS s, 0.10::DECIMAL(4, 2) AS d, "
+                                "'\\x01'::BLOB AS blob", json_values=True)
+        reply = run_query(con, q, default_rows=10, row_limit=10, max_bytes=1 << 20)
+        assert not reply.error, reply.error
+        assert list(reply.rows[0].json_values) == [
+            "3", "null", "false", '[1.5,"inf"]', '{"a":[true],"at":"2024-05-06 07:08:09"}', "0.1", '"\\\\x01"',
+        ]
+        assert list(reply.rows[0].values)[:3] == ["3", "", "false"]  # the text values come as well
+    assert json_value(float("-inf")) == '"-inf"' and json_value({2: None}) == '{"2":null}'

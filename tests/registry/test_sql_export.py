@@ -62,26 +62,68 @@ async def test_sql_refuses_writes_reports_errors_and_keeps_data(registry: Runnin
     assert await rows(bus, "SELECT slot, candidates, promoted FROM slot_summary") == [("rmsnorm", "1", "1")]
 
 
-async def test_export_writes_readable_parquet(registry: RunningRegistry, bus: Bus, tmp_path: Path) -> None:
+async def export(bus: Bus, name: str) -> ev.ExportReply:
+    return await bus.request(subjects.REGISTRY_EXPORT, ev.ExportRequest(dir=name), ev.ExportReply)
+
+
+async def test_export_writes_readable_parquet(registry: RunningRegistry, bus: Bus) -> None:
     await seed(bus)
-    dest = tmp_path / "snap shot's"  # spaces and quotes in the path are fine
-    reply = await bus.request(subjects.REGISTRY_EXPORT, ev.ExportRequest(dir=str(dest)), ev.ExportReply)
+    name = "snapshots/snap shot's"  # spaces and quotes in the name are fine
+    reply = await export(bus, name)
     assert not reply.error, reply.error
-    files = {Path(f).name for f in reply.files}
-    assert files == {f"{t}.parquet" for t in (*TABLES, "schema_version")}
+    dest = registry.config.export_root / name
+    assert {Path(f) for f in reply.files} == {dest / f"{t}.parquet" for t in (*TABLES, "schema_version")}
     candidates = pq.read_table(dest / "candidates.parquet")
     assert candidates.num_rows == 1 and candidates.column("slot").to_pylist() == ["rmsnorm"]
     assert pq.read_table(dest / "promotions.parquet").column("active").to_pylist() == [True]
     assert pq.read_table(dest / "events.parquet").num_rows == 4  # candidate, benchmark, verdict, kernel.promoted
     assert pq.read_table(dest / "schema_version.parquet").num_rows == 2
 
-    again = await bus.request(subjects.REGISTRY_EXPORT, ev.ExportRequest(dir=str(dest)), ev.ExportReply)
+    again = await export(bus, name)
     assert not again.error and len(again.files) == len(reply.files)  # overwrites a previous snapshot
-    blocked = tmp_path / "a-file"
-    blocked.write_text("not a directory")
-    failed = await bus.request(subjects.REGISTRY_EXPORT, ev.ExportRequest(dir=str(blocked)), ev.ExportReply)
+    (registry.config.export_root / "a-file").write_text("not a directory")
+    failed = await export(bus, "a-file")
     assert "export" in failed.error and not failed.files
     assert await scalar(bus, COUNT) == "1"
+
+
+async def test_export_lands_only_under_the_export_root(registry: RunningRegistry, bus: Bus, tmp_path: Path) -> None:
+    await seed(bus)
+    root = registry.config.export_root
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (root / "out").symlink_to(outside, target_is_directory=True)
+    refused = {
+        str(outside / "abs"): "is absolute",
+        str(root / "inside-but-absolute"): "is absolute",
+        "../escape": "no '..'",
+        "snapshots/../../escape": "no '..'",
+        ".staging": "starting with '.'",
+        "snapshots/.hidden": "starting with '.'",
+        ".": "the export root itself",
+        "": "no directory given",
+        "nul\x00byte": "NUL byte",
+        "out": "leads outside the export root",
+        "out/deeper": "leads outside the export root",
+    }
+    for name, message in refused.items():
+        reply = await export(bus, name)
+        assert message in reply.error and not reply.files, (name, reply.error)
+    assert list(outside.iterdir()) == [] and not (tmp_path / "escape").exists()
+    assert not (root / "inside-but-absolute").exists() and not (root.parent / "escape").exists()
+
+    # a link planted where a file will go is replaced, never written through
+    dest = root / "linked"
+    dest.mkdir()
+    victim = outside / "victim.parquet"
+    victim.write_text("keep me")
+    (dest / "candidates.parquet").symlink_to(victim)
+    reply = await export(bus, "linked")
+    assert not reply.error, reply.error
+    assert victim.read_text() == "keep me"
+    assert not (dest / "candidates.parquet").is_symlink()
+    assert pq.read_table(dest / "candidates.parquet").num_rows == 1
+    assert list(registry.config.staging_dir.iterdir()) == []  # nothing left behind in staging
 
 
 async def test_a_query_past_the_timeout_is_interrupted(

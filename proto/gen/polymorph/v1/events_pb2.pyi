@@ -447,12 +447,14 @@ class BoardNote(_message.Message):
     def __init__(self, note_id: _Optional[str] = ..., campaign_id: _Optional[str] = ..., agent: _Optional[str] = ..., slot: _Optional[str] = ..., text: _Optional[str] = ..., params: _Optional[_Mapping[str, str]] = ..., score: _Optional[float] = ..., created_unix: _Optional[float] = ...) -> None: ...
 
 class SqlRequest(_message.Message):
-    __slots__ = ("query", "max_rows")
+    __slots__ = ("query", "max_rows", "json_values")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     MAX_ROWS_FIELD_NUMBER: _ClassVar[int]
+    JSON_VALUES_FIELD_NUMBER: _ClassVar[int]
     query: str
     max_rows: int
-    def __init__(self, query: _Optional[str] = ..., max_rows: _Optional[int] = ...) -> None: ...
+    json_values: bool
+    def __init__(self, query: _Optional[str] = ..., max_rows: _Optional[int] = ..., json_values: _Optional[bool] = ...) -> None: ...
 
 class SqlReply(_message.Message):
     __slots__ = ("columns", "types", "rows", "error", "truncated")
@@ -469,12 +471,14 @@ class SqlReply(_message.Message):
     def __init__(self, columns: _Optional[_Iterable[str]] = ..., types: _Optional[_Iterable[str]] = ..., rows: _Optional[_Iterable[_Union[SqlRow, _Mapping]]] = ..., error: _Optional[str] = ..., truncated: _Optional[bool] = ...) -> None: ...
 
 class SqlRow(_message.Message):
-    __slots__ = ("values", "is_null")
+    __slots__ = ("values", "is_null", "json_values")
     VALUES_FIELD_NUMBER: _ClassVar[int]
     IS_NULL_FIELD_NUMBER: _ClassVar[int]
+    JSON_VALUES_FIELD_NUMBER: _ClassVar[int]
     values: _containers.RepeatedScalarFieldContainer[str]
     is_null: _containers.RepeatedScalarFieldContainer[bool]
-    def __init__(self, values: _Optional[_Iterable[str]] = ..., is_null: _Optional[_Iterable[bool]] = ...) -> None: ...
+    json_values: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, values: _Optional[_Iterable[str]] = ..., is_null: _Optional[_Iterable[bool]] = ..., json_values: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ExportRequest(_message.Message):
     __slots__ = ("dir",)
