@@ -5,13 +5,14 @@ Handler contract for `Bus.consume`:
 - raises `Poison`             → the message is terminated (never redelivered) and logged;
 - raises any other exception  → nak with an exponential backoff; JetStream stops after max_deliver.
 A payload that does not decode as the subject's message type is terminated and logged as malformed.
-Handlers must be idempotent: JetStream delivers at least once.
+Handlers must be idempotent: JetStream delivers at least once. Every outcome is counted (metrics.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -25,7 +26,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 from nats.js.errors import BadRequestError, NotFoundError
 
-from services.common import subjects
+from services.common import metrics, subjects
 from services.common.log import get_logger
 
 M = TypeVar("M", bound=Message)
@@ -115,6 +116,7 @@ class Bus:
         """Durable publish. `msg_id` de-duplicates within the stream's window; returns False on a dup."""
         headers = {"Nats-Msg-Id": f"{subject}:{msg_id}"} if msg_id else None
         ack = await self.js.publish(subject, message.SerializeToString(), headers=headers)
+        metrics.BUS_PUBLISHED.labels(ack.stream, str(bool(ack.duplicate)).lower()).inc()
         return not ack.duplicate
 
     async def publish_core(self, subject: str, message: Message) -> None:
@@ -144,10 +146,10 @@ class Bus:
         )
         sub = await self.js.pull_subscribe(subject, durable=durable, config=config)
         self._pull_subs.append(sub)
-        task = asyncio.create_task(self._pull_loop(sub, msg_type, handler, ack_wait_s, batch, durable))
+        task = asyncio.create_task(self._pull_loop(sub, msg_type, handler, ack_wait_s, batch, durable, subject))
         self._tasks.append(task)
 
-    async def _pull_loop(self, sub, msg_type, handler, ack_wait_s, batch, durable) -> None:
+    async def _pull_loop(self, sub, msg_type, handler, ack_wait_s, batch, durable, subject) -> None:
         while not self._stopping.is_set():
             try:
                 msgs = await sub.fetch(batch, timeout=1.0)
@@ -165,26 +167,35 @@ class Bus:
                 if self._stopping.is_set():
                     await msg.nak()
                     continue
-                await self._handle(msg, msg_type, handler, ack_wait_s, durable)
+                await self._handle(msg, msg_type, handler, ack_wait_s, durable, subject)
 
-    async def _handle(self, msg: Msg, msg_type, handler, ack_wait_s: float, durable: str) -> None:
+    async def _handle(self, msg: Msg, msg_type, handler, ack_wait_s: float, durable: str, consumed: str) -> None:
+        """`consumed`: the consumer's filter subject, the metrics' label (board.> for every board.<id>)."""
         meta = msg.metadata
         delivery = Delivery(msg.subject, meta.sequence.stream, meta.num_delivered)
+        labels = (consumed, durable)
+        metrics.BUS_PENDING.labels(*labels).set(meta.num_pending)
+        if delivery.num_delivered > 1:
+            metrics.BUS_REDELIVERED.labels(*labels).inc()
         keepalive = asyncio.create_task(_keep_in_progress(msg, ack_wait_s / 3))
+        started = time.monotonic()
         try:
             message = parse(msg_type, msg.data)
             await handler(message, delivery)
         except Poison as exc:
+            _count(labels, started, "poison")
             log.error("message terminated", subject=msg.subject, seq=delivery.stream_seq,
                       consumer=durable, reason=str(exc))
             await msg.term()
         except Exception as exc:
+            _count(labels, started, "retry")
             delay = min(2.0 ** delivery.num_delivered, 30.0)
             log.warning("handler failed; will retry", subject=msg.subject, seq=delivery.stream_seq,
                         consumer=durable, attempt=delivery.num_delivered, retry_in_s=delay,
                         error=f"{type(exc).__name__}: {exc}")
             await msg.nak(delay=delay)
         else:
+            _count(labels, started, "handled")
             await msg.ack()
         finally:
             keepalive.cancel()
@@ -198,7 +209,10 @@ class Bus:
             try:
                 await handler(parse(msg_type, msg.data))
             except Poison as exc:
+                metrics.BUS_MESSAGES.labels(subject, "", "poison").inc()
                 log.error("malformed message ignored", subject=msg.subject, reason=str(exc))
+            else:
+                metrics.BUS_MESSAGES.labels(subject, "", "handled").inc()
 
         await self.nc.subscribe(subject, queue=queue, cb=on_msg)
         await self.nc.flush()  # the server holds the interest once this returns
@@ -216,14 +230,18 @@ class Bus:
         """Answer requests; errors travel back as a reply with its `error` field set."""
 
         async def on_request(msg: Msg) -> None:
+            outcome = "ok"
             try:
                 reply = await handler(parse(request_type, msg.data))
             except Poison as exc:
+                outcome = "malformed"
                 log.error("malformed request", subject=subject, reason=str(exc))
                 reply = _error_reply(reply_type, str(exc))
             except Exception as exc:
+                outcome = "error"
                 log.exception("request failed", subject=subject)
                 reply = _error_reply(reply_type, f"{type(exc).__name__}: {exc}")
+            metrics.BUS_REQUESTS.labels(subject, outcome).inc()
             if msg.reply:
                 await msg.respond(reply.SerializeToString())
 
@@ -252,6 +270,11 @@ class Bus:
                 await sub.unsubscribe()
         with contextlib.suppress(Exception):
             await self.nc.drain()
+
+
+def _count(labels: tuple[str, str], started: float, outcome: str) -> None:
+    metrics.BUS_HANDLER_SECONDS.labels(*labels).observe(time.monotonic() - started)
+    metrics.BUS_MESSAGES.labels(*labels, outcome).inc()
 
 
 def _error_reply(reply_type: type[R], error: str) -> R:
