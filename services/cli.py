@@ -118,6 +118,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_credentials(args: argparse.Namespace) -> int:
+    from services.console import credentials
+
+    files = credentials.write(args.out, nats_host=args.nats_host)
+    print(f"wrote {len(files)} files to {args.out} (NATS users and permissions, one env file per identity, "
+          "the registry's signing key); keep them out of version control")
+    print(f"next: POLYMORPH_SECRETS_DIR={args.out} docker compose up --build -d")
+    return 0
+
+
 def cmd_profile(args: argparse.Namespace) -> int:
     from services.traffic_profiler.report import profile_command
 
@@ -175,6 +185,12 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--limit", type=int, default=None)
     replay.add_argument("--columns", help="generic CSV/JSONL mapping, e.g. arrival=ts:ms,prompt=in,output=out")
     replay.set_defaults(func=cmd_replay)
+
+    creds = sub.add_parser("credentials", help="write the NATS config, per-identity env files and the registry's "
+                                              "signing key that compose.yaml runs with")
+    creds.add_argument("--out", type=Path, default=Path("secrets"), help="folder (default ./secrets)")
+    creds.add_argument("--nats-host", default="nats", help="the NATS host in each URL (compose: its service)")
+    creds.set_defaults(func=cmd_credentials)
 
     profile = sub.add_parser("profile", help="windows and detected changes of a trace file")
     profile.add_argument("trace", type=Path)

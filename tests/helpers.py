@@ -34,3 +34,21 @@ async def consumer_info(bus: Any, durable: str) -> Any:
         if info.name == durable:
             return info
     raise AssertionError(f"no consumer {durable!r} on any stream")
+
+
+def scrape(url: str, timeout_s: float = 5.0) -> dict[tuple[str, frozenset], float]:
+    """Every sample a /metrics endpoint serves, fetched over HTTP: (name, labels) → value."""
+    from urllib.request import urlopen
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urlopen(url, timeout=timeout_s) as response:
+        text = response.read().decode()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def sample(samples: dict[tuple[str, frozenset], float], name: str, **labels: str) -> float:
+    """The sum of `name`'s samples whose labels include `labels` (0 when there are none)."""
+    want = set(labels.items())
+    return sum(v for (n, have), v in samples.items() if n == name and want <= have)

@@ -16,7 +16,7 @@ def polymorph(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 def test_help_lists_every_command() -> None:
     out = polymorph("--help")
     assert out.returncode == 0
-    for command in ("up", "demo", "optimize", "status", "sql", "export", "replay", "profile"):
+    for command in ("up", "demo", "optimize", "status", "sql", "export", "replay", "profile", "credentials"):
         assert command in out.stdout
 
 

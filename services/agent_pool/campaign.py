@@ -27,7 +27,7 @@ from services.agent_pool.agents.search import SearchAgent
 from services.agent_pool.board import Board
 from services.agent_pool.config import AgentPoolConfig
 from services.agent_pool.state import COMPLETED, FAILED, CampaignRecord, Store
-from services.common import subjects
+from services.common import metrics, subjects
 from services.common.bus import Bus
 from services.common.log import get_logger
 
@@ -249,7 +249,9 @@ class CampaignRun:
 
     async def _publish(self, trials: list[Trial]) -> None:
         for trial in trials:
-            await self.deps.bus.publish(subjects.CANDIDATES_PROPOSED, self.candidate(trial), msg_id=trial.candidate_id)
+            candidate = self.candidate(trial)
+            if await self.deps.bus.publish(subjects.CANDIDATES_PROPOSED, candidate, msg_id=trial.candidate_id):
+                metrics.CANDIDATES_PROPOSED.labels(trial.slot, trial.agent).inc()
             trial.published = True
             await self.deps.store.put_trial(self.campaign_id, trial)
 

@@ -32,7 +32,7 @@ from services.agent_pool.campaign import CampaignRun, Deps
 from services.agent_pool.config import AgentPoolConfig
 from services.agent_pool.hardware import discover, triton_for
 from services.agent_pool.state import QUEUED, RUNNING, SUPERSEDED, CampaignRecord, Store
-from services.common import subjects
+from services.common import metrics, subjects
 from services.common.bus import Bus, Delivery, Poison
 from services.common.config import CommonSettings
 from services.common.log import get_logger
@@ -57,6 +57,7 @@ class AgentPoolService:
         self.cfg = cfg
         self.common = common
         self.records: dict[str, CampaignRecord] = {}
+        metrics.CAMPAIGNS.follow(lambda: metrics.tally(r.status for r in list(self.records.values())))
         self.runs: dict[str, CampaignRun] = {}
         self.tasks: dict[str, asyncio.Task] = {}
         self.ledger: set[str] = set()

@@ -7,13 +7,14 @@ Handler contract for `Bus.consume`:
 A payload that does not decode as the subject's message type, has a field past its size limit or lacks
 what its type must carry (services/common/validation.py) is terminated and logged before any handler
 sees it.
-Handlers must be idempotent: JetStream delivers at least once.
+Handlers must be idempotent: JetStream delivers at least once. Every outcome is counted (metrics.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -28,7 +29,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 from nats.js.errors import BadRequestError, NotFoundError
 
-from services.common import subjects, validation
+from services.common import metrics, subjects, validation
 from services.common.log import get_logger
 
 M = TypeVar("M", bound=Message)
@@ -127,6 +128,7 @@ class Bus:
         """Durable publish. `msg_id` de-duplicates within the stream's window; returns False on a dup."""
         headers = {"Nats-Msg-Id": f"{subject}:{msg_id}"} if msg_id else None
         ack = await self.js.publish(subject, message.SerializeToString(), headers=headers)
+        metrics.BUS_PUBLISHED.labels(ack.stream, str(bool(ack.duplicate)).lower()).inc()
         return not ack.duplicate
 
     async def publish_core(self, subject: str, message: Message) -> None:
@@ -156,10 +158,10 @@ class Bus:
         )
         sub = await self.js.pull_subscribe(subject, durable=durable, config=config)
         self._pull_subs.append(sub)
-        task = asyncio.create_task(self._pull_loop(sub, msg_type, handler, ack_wait_s, batch, durable))
+        task = asyncio.create_task(self._pull_loop(sub, msg_type, handler, ack_wait_s, batch, durable, subject))
         self._tasks.append(task)
 
-    async def _pull_loop(self, sub, msg_type, handler, ack_wait_s, batch, durable) -> None:
+    async def _pull_loop(self, sub, msg_type, handler, ack_wait_s, batch, durable, subject) -> None:
         while not self._stopping.is_set():
             try:
                 msgs = await sub.fetch(batch, timeout=1.0)
@@ -177,26 +179,35 @@ class Bus:
                 if self._stopping.is_set():
                     await msg.nak()
                     continue
-                await self._handle(msg, msg_type, handler, ack_wait_s, durable)
+                await self._handle(msg, msg_type, handler, ack_wait_s, durable, subject)
 
-    async def _handle(self, msg: Msg, msg_type, handler, ack_wait_s: float, durable: str) -> None:
+    async def _handle(self, msg: Msg, msg_type, handler, ack_wait_s: float, durable: str, consumed: str) -> None:
+        """`consumed`: the consumer's filter subject, the metrics' label (board.> for every board.<id>)."""
         meta = msg.metadata
         delivery = Delivery(msg.subject, meta.sequence.stream, meta.num_delivered)
+        labels = (consumed, durable)
+        metrics.BUS_PENDING.labels(*labels).set(meta.num_pending)
+        if delivery.num_delivered > 1:
+            metrics.BUS_REDELIVERED.labels(*labels).inc()
         keepalive = asyncio.create_task(_keep_in_progress(msg, ack_wait_s / 3))
+        started = time.monotonic()
         try:
             message = parse(msg_type, msg.data)
             await handler(message, delivery)
         except Poison as exc:
+            _count(labels, started, "poison")
             log.error("message terminated", subject=msg.subject, seq=delivery.stream_seq,
                       consumer=durable, reason=str(exc))
             await msg.term()
         except Exception as exc:
+            _count(labels, started, "retry")
             delay = min(2.0 ** delivery.num_delivered, 30.0)
             log.warning("handler failed; will retry", subject=msg.subject, seq=delivery.stream_seq,
                         consumer=durable, attempt=delivery.num_delivered, retry_in_s=delay,
                         error=f"{type(exc).__name__}: {exc}")
             await msg.nak(delay=delay)
         else:
+            _count(labels, started, "handled")
             await msg.ack()
         finally:
             keepalive.cancel()
@@ -210,7 +221,10 @@ class Bus:
             try:
                 await handler(parse(msg_type, msg.data))
             except Poison as exc:
+                metrics.BUS_MESSAGES.labels(subject, "", "poison").inc()
                 log.error("malformed message ignored", subject=msg.subject, reason=str(exc))
+            else:
+                metrics.BUS_MESSAGES.labels(subject, "", "handled").inc()
 
         await self.nc.subscribe(subject, queue=queue, cb=on_msg)
         await self.nc.flush()  # the server holds the interest once this returns
@@ -232,14 +246,19 @@ class Bus:
         slots = asyncio.Semaphore(concurrency)
 
         async def reply_to(msg: Msg) -> R:
+            outcome = "ok"
             try:
                 return await handler(parse(request_type, msg.data))
             except Poison as exc:
+                outcome = "malformed"
                 log.error("malformed request", subject=subject, reason=str(exc))
                 return _error_reply(reply_type, str(exc))
             except Exception as exc:
+                outcome = "error"
                 log.exception("request failed", subject=subject)
                 return _error_reply(reply_type, f"{type(exc).__name__}: {exc}")
+            finally:
+                metrics.BUS_REQUESTS.labels(subject, outcome).inc()
 
         async def answer(msg: Msg) -> None:
             try:
@@ -287,6 +306,11 @@ class Bus:
             await asyncio.wait(self._answering, timeout=30)
         with contextlib.suppress(Exception):
             await self.nc.drain()
+
+
+def _count(labels: tuple[str, str], started: float, outcome: str) -> None:
+    metrics.BUS_HANDLER_SECONDS.labels(*labels).observe(time.monotonic() - started)
+    metrics.BUS_MESSAGES.labels(*labels, outcome).inc()
 
 
 def _error_reply(reply_type: type[R], error: str) -> R:

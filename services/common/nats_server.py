@@ -2,6 +2,8 @@
 
 Picks a free port, keeps its JetStream store under a directory, writes its log to a file. With
 `credentials` (identities.py) every client must authenticate and may publish only its own subjects.
+With `monitor_port` it serves the HTTP monitoring endpoints (/varz, /jsz, /healthz) on 127.0.0.1.
+`conf` renders the configuration, also for a deployment's own nats-server (compose).
 """
 
 from __future__ import annotations
@@ -38,6 +40,24 @@ def find_binary() -> str:
     return found
 
 
+def conf(store_dir: str, *, max_memory: str = "256MB", max_storage: str = "4GB",
+         credentials: dict[str, Credentials] | None = None, listen: str = "", monitor: str = "") -> str:
+    """nats-server configuration. `listen` / `monitor`: "host:port" (empty: given on the command line)."""
+    text = f'listen: "{listen}"\n' if listen else ""
+    text += f'http: "{monitor}"\n' if monitor else ""
+    # JetStream limits are explicit so a test box or laptop never fills up.
+    text += (
+        "jetstream {\n"
+        f'  store_dir: "{store_dir}"\n'
+        f"  max_memory_store: {max_memory}\n"
+        f"  max_file_store: {max_storage}\n"
+        "}\n"
+    )
+    if credentials is not None:
+        text += server_config(credentials)
+    return text
+
+
 @dataclass
 class EmbeddedNats:
     """A nats-server child process with JetStream. Use as a context manager or start()/stop()."""
@@ -46,9 +66,11 @@ class EmbeddedNats:
     max_memory: str = "256MB"
     max_storage: str = "4GB"
     port: int = -1  # -1: pick a free port
+    monitor_port: int | None = None  # HTTP monitoring; -1: pick a free port; None: off
     credentials: dict[str, Credentials] | None = None  # None: no authentication (unit tests only)
     process: subprocess.Popen | None = field(default=None, init=False)
     url: str = field(default="", init=False)
+    monitor_url: str = field(default="", init=False)  # http://127.0.0.1:PORT, '' when off
 
     @property
     def log_path(self) -> Path:
@@ -60,33 +82,28 @@ class EmbeddedNats:
         shutil.rmtree(ports_dir, ignore_errors=True)
         ports_dir.mkdir()
         config = self.store_dir / "nats.conf"
-        # JetStream limits are explicit so a test box or laptop never fills up.
-        text = (
-            "jetstream {\n"
-            f'  store_dir: "{self.store_dir / "js"}"\n'
-            f"  max_memory_store: {self.max_memory}\n"
-            f"  max_file_store: {self.max_storage}\n"
-            "}\n"
-        )
-        if self.credentials is not None:
-            text += server_config(self.credentials)
+        text = conf(str(self.store_dir / "js"), max_memory=self.max_memory, max_storage=self.max_storage,
+                    credentials=self.credentials)
         fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds the passwords
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.chmod(config, 0o600)
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child, closed with it
+        monitor = [] if self.monitor_port is None else ["-m", str(self.monitor_port)]  # on -a's address
         self.process = subprocess.Popen(
-            [find_binary(), "-c", str(config), "-a", "127.0.0.1", "-p", str(self.port),
+            [find_binary(), "-c", str(config), "-a", "127.0.0.1", "-p", str(self.port), *monitor,
              "--ports_file_dir", str(ports_dir)],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
         )
         log.close()
-        self.url = self._wait_for_port(ports_dir, timeout_s)
+        ports = self._wait_for_ports(ports_dir, timeout_s)
+        self.url = ports["nats"][0]
+        self.monitor_url = (ports.get("monitoring") or [""])[0]
         return self.url
 
-    def _wait_for_port(self, ports_dir: Path, timeout_s: float) -> str:
+    def _wait_for_ports(self, ports_dir: Path, timeout_s: float) -> dict[str, list[str]]:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             assert self.process is not None
@@ -94,9 +111,9 @@ class EmbeddedNats:
                 raise NatsServerError(f"nats-server exited early; see {self.log_path}")
             for path in ports_dir.glob("*.ports"):
                 with contextlib.suppress(ValueError):  # half-written file: read it again
-                    urls = json.loads(path.read_text()).get("nats") or []
-                    if urls:
-                        return urls[0]
+                    ports = json.loads(path.read_text())
+                    if ports.get("nats") and (self.monitor_port is None or ports.get("monitoring")):
+                        return ports
             time.sleep(0.05)
         self.stop()
         raise NatsServerError(f"nats-server did not report its port within {timeout_s}s")

@@ -68,7 +68,9 @@ class Signer:
             with os.fdopen(fd, "wb") as f:
                 f.write(pem)
         signer = cls(private)
-        (directory / PUBLIC_FILE).write_text(encode_public(private.public_key()) + "\n")
+        public, text = directory / PUBLIC_FILE, encode_public(private.public_key()) + "\n"
+        if not public.exists() or public.read_text() != text:  # a key pair given read-only (compose secrets)
+            public.write_text(text)
         return signer
 
     def sign(self, msg: KernelEvent) -> None:

@@ -84,10 +84,16 @@ def run_up(data_dir: Path, port: int = 0) -> int:
     tail = threading.Thread(target=follow_logs, args=(stack.log_dir, stop), daemon=True)
     tail.start()
     code = 0
+    shown: dict[str, str] = {}
     try:
         while not stop.is_set():
             for name in supervisor.tick():
                 console.print(f"restarted {name} (restart {supervisor.restarts[name]}); see {stack.log_dir}")
+            for name, url in stack.endpoints().items():  # as each service comes up (a restart: a new port)
+                if shown.get(name) != url:
+                    what = "HTTP monitoring" if name == "nats-server" else "metrics"
+                    console.print(f"{what}: {name} {url}", markup=False, highlight=False)
+                    shown[name] = url
             time.sleep(0.5)
     except GaveUp as exc:
         console.print(f"giving up: {exc}; see {stack.log_dir}")

@@ -3,11 +3,13 @@
 Used by `polymorph up`, `polymorph demo` and the integration tests (which SIGKILL and restart
 single services through it). The server authenticates every client: each service connects as its own
 identity (services/common/identities.py) with credentials generated under the data dir; `nats_url`
-is the operator's (what the CLI uses), `url_for(identity)` any other's.
+is the operator's (what the CLI uses), `url_for(identity)` any other's. `endpoints()` says where the
+server's HTTP monitoring and each running service's Prometheus /metrics are.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -18,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from services.common import identities, subjects
+from services.common import identities, metrics, subjects
 from services.common.identities import Credentials
 from services.common.nats_server import EmbeddedNats
 
@@ -33,7 +35,10 @@ class Stack:
     nats: EmbeddedNats | None = None
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     credentials: dict[str, Credentials] = field(default_factory=dict)
-    port: int = 0  # NATS port: 0 = POLYMORPH_NATS_PORT, else 4222 when free, else any free port
+    port: int = 0  # NATS port: 0 = POLYMORPH_NATS_PORT, else 4222 when free, else any free port (-1)
+    # NATS HTTP monitoring, 127.0.0.1 only: 0 = any free port when `port` is -1, else
+    # POLYMORPH_NATS_MONITOR_PORT, else 8222 when free, else any free port
+    monitor_port: int = 0
 
     @property
     def log_dir(self) -> Path:
@@ -72,9 +77,13 @@ class Stack:
         self.log_dir.mkdir(exist_ok=True)
         self.credentials = identities.generate(self.credentials_dir)
         _drop_legacy_streams(self.data_dir / "nats")
-        self.nats = EmbeddedNats(self.data_dir / "nats", credentials=self.credentials, port=_choose_port(self.port))
+        monitor = self.monitor_port or (-1 if self.port == -1 else 0)
+        self.nats = EmbeddedNats(self.data_dir / "nats", credentials=self.credentials, port=_choose_port(self.port),
+                                 monitor_port=_choose_port(monitor, "POLYMORPH_NATS_MONITOR_PORT", 8222))
         self.nats.start()
-        self.port = int(self.nats.url.rsplit(":", 1)[1])  # a restarted server comes back on this one
+        # a restarted server comes back on these
+        self.port = int(self.nats.url.rsplit(":", 1)[1])
+        self.monitor_port = int(self.nats.monitor_url.rsplit(":", 1)[1])
         fd = os.open(self.url_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds a password
         with os.fdopen(fd, "w") as f:
             f.write(self.nats_url)
@@ -82,6 +91,7 @@ class Stack:
             self.start_service(name)
 
     def start_service(self, name: str) -> subprocess.Popen:
+        metrics.url_file(self.data_dir, name).unlink(missing_ok=True)  # what is there next is this process's
         with open(self.log_dir / f"{name}.log", "ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", f"services.{name}"],
@@ -94,6 +104,14 @@ class Stack:
         self.processes[name] = proc
         return proc
 
+    def endpoints(self) -> dict[str, str]:
+        """Where to look: the server's HTTP monitoring and the /metrics of every service that is up."""
+        found = {"nats-server": self.nats.monitor_url} if self.nats is not None else {}
+        for name in self.services:
+            with contextlib.suppress(FileNotFoundError):  # not up (yet)
+                found[name] = metrics.url_file(self.data_dir, name).read_text().strip()
+        return found
+
     def nats_alive(self) -> bool:
         return self.nats is not None and self.nats.process is not None and self.nats.process.poll() is None
 
@@ -101,7 +119,8 @@ class Stack:
         """The same port and store: services reconnect by themselves (they retry forever)."""
         assert self.nats is not None
         self.nats.stop()
-        self.nats = EmbeddedNats(self.data_dir / "nats", credentials=self.credentials, port=self.port)
+        self.nats = EmbeddedNats(self.data_dir / "nats", credentials=self.credentials, port=self.port,
+                                 monitor_port=self.monitor_port)
         self.nats.start()
 
     def kill_service(self, name: str) -> None:
@@ -131,6 +150,8 @@ class Stack:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        for name in self.services:  # a killed one could not remove its own
+            metrics.url_file(self.data_dir, name).unlink(missing_ok=True)
         self.processes.clear()
         if self.nats is not None:
             self.nats.stop()
@@ -145,21 +166,21 @@ class Stack:
         self.stop()
 
 
-def _choose_port(requested: int) -> int:
-    """The port asked for (or POLYMORPH_NATS_PORT), else the standard 4222 when it is free, else -1 (any)."""
+def _choose_port(requested: int, variable: str = "POLYMORPH_NATS_PORT", standard: int = 4222) -> int:
+    """The port asked for (or `variable`), else the standard one when it is free, else -1 (any)."""
     import socket
 
     if requested:
         return requested
-    env = os.environ.get("POLYMORPH_NATS_PORT", "")
+    env = os.environ.get(variable, "")
     if env:
         return int(env)
     with socket.socket() as probe:
         try:
-            probe.bind(("127.0.0.1", 4222))
+            probe.bind(("127.0.0.1", standard))
         except OSError:
             return -1
-    return 4222
+    return standard
 
 
 def _drop_legacy_streams(nats_dir: Path) -> None:

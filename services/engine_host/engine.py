@@ -16,6 +16,7 @@ from typing import Any
 
 from proto.gen.polymorph.v1 import engine_service_pb2 as es
 from proto.gen.polymorph.v1 import events_pb2 as ev
+from services.common import metrics
 from services.common.log import get_logger
 from services.common.shapes import Shape, ShapeError
 from services.common.slot_specs import OPS, REGIONS, SLOTS, candidate_id
@@ -166,6 +167,7 @@ class Engine:
         self.experiments += 1
         result.bench_s = time.perf_counter() - began
         result.finished_unix = time.time()
+        metrics.ENGINE_BENCHMARKS.labels(target.name, metrics.enum_label(ev.BenchStatus, result.status)).inc()
         log.info("benchmarked", candidate_id=result.candidate_id, slot=result.slot, tier=target.name,
                  status=ev.BenchStatus.Name(result.status), speedup=round(result.speedup, 4),
                  speedup_lo=round(result.speedup_lo, 4), reason=result.reason, bench_s=round(result.bench_s, 2))

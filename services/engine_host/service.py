@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from nats.js.errors import NotFoundError
 
 from proto.gen.polymorph.v1 import events_pb2 as ev
-from services.common import subjects
+from services.common import metrics, subjects
 from services.common.bus import Bus, Delivery, Poison, parse
 from services.common.config import CommonSettings, Env
 from services.common.grpc_server import mark_serving
@@ -183,6 +183,8 @@ class EngineHostService:
             verify(msg, self._registry_key())
         except SignatureError as exc:
             self.refused_kernel_events += 1
+            subject = subjects.KERNEL_PROMOTED if isinstance(msg, ev.KernelPromoted) else subjects.KERNEL_DEMOTED
+            metrics.KERNEL_EVENTS_REFUSED.labels(subject).inc()
             log.error("kernel event refused", candidate_id=msg.candidate_id, slot=msg.slot, reason=str(exc),
                       refused=self.refused_kernel_events)
             raise Poison(f"refused: {exc}") from exc

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from proto.gen.polymorph.v1 import events_pb2 as ev
-from services.common import subjects
+from services.common import metrics, subjects
 from services.common.bus import Bus, Delivery, Poison
 from services.common.log import get_logger
 from services.traffic_profiler import state as snapshots
@@ -76,9 +76,11 @@ class TrafficProfiler:
             record = Record.from_proto(msg)
         except MalformedRecord as exc:
             self.state.malformed += 1
+            metrics.TRAFFIC_MALFORMED.inc()
             self.state.last_seq = max(self.state.last_seq, seq)
             raise Poison(f"malformed request record (#{self.state.malformed}): {exc}") from exc
         fired = self.detector.observe(record)
+        metrics.TRAFFIC_REQUESTS.inc()
         self.state.last_seq = max(self.state.last_seq, seq)
         if fired:
             self.state.outbox.extend(fired)
@@ -102,7 +104,8 @@ class TrafficProfiler:
         assert self.bus is not None
         while self.state.outbox:
             drift = self.state.outbox[0]
-            await self.bus.publish(subjects.TRAFFIC_DRIFT, drift.to_proto(self.config.model), msg_id=drift.drift_id)
+            if await self.bus.publish(subjects.TRAFFIC_DRIFT, drift.to_proto(self.config.model), msg_id=drift.drift_id):
+                metrics.TRAFFIC_DRIFTS.inc()  # not a re-publish of one a crash left in the outbox
             self.state.outbox.pop(0)
             log.info("drift published", drift_id=drift.drift_id, t_s=drift.t_s,
                      changes=[(c.metric, round(c.before, 3), round(c.after, 3)) for c in drift.changes],

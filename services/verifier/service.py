@@ -15,7 +15,7 @@ import secrets
 import time
 
 from proto.gen.polymorph.v1 import events_pb2 as ev
-from services.common import subjects
+from services.common import metrics, subjects
 from services.common.bus import Bus, Delivery, Poison
 from services.common.config import CommonSettings, Env
 from services.common.log import get_logger
@@ -104,6 +104,8 @@ class VerifierService:
         outcome = await run_cascade(candidate, self.engine, self.settings, seed)
         verdict = build_verdict(candidate, bench, outcome, verify_s=time.monotonic() - started,
                                 finished_unix=time.time())
+        status = metrics.enum_label(ev.VerdictStatus, verdict.status)
+        metrics.VERIFIER_VERDICTS.labels(status, verdict.failed_stage).inc()
         log.info("verdict", candidate_id=candidate.candidate_id, slot=candidate.slot, status=_status(verdict),
                  failed_stage=verdict.failed_stage, reason=verdict.reason, verify_s=round(verdict.verify_s, 3))
         return verdict
