@@ -29,7 +29,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 from nats.js.errors import BadRequestError, NotFoundError
 
-from services.common import metrics, subjects, validation
+from services.common import metrics, subjects, tls, validation
 from services.common.log import get_logger
 
 M = TypeVar("M", bound=Message)
@@ -98,6 +98,7 @@ class Bus:
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,
             error_cb=on_error,
+            **tls.nats_options(),
         )
         bus = cls(nc, name)
         if manage_streams:

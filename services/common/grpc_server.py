@@ -7,6 +7,8 @@ from collections.abc import Callable
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from services.common.tls import TlsSettings
+
 MAX_MESSAGE_BYTES = 256 * 2**20  # captured tensors and logits travel in replies
 
 
@@ -29,7 +31,10 @@ def create_server(
     register(server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    settings = TlsSettings.from_env()
+    address = f"{host}:{port}"
+    bound = server.add_insecure_port(address) if settings is None else \
+        server.add_secure_port(address, settings.server_credentials())
     if bound == 0:
         raise RuntimeError(f"could not bind gRPC server on {host}:{port}")
     return server, bound, health_servicer
@@ -41,10 +46,12 @@ async def mark_serving(health_servicer: health.aio.HealthServicer, service_names
 
 
 def channel(address: str) -> grpc.aio.Channel:
-    return grpc.aio.insecure_channel(
-        address,
-        options=[
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-        ],
-    )
+    """A channel to `address`: TLS verified against POLYMORPH_TLS_CA when TLS is configured."""
+    options = [
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ]
+    settings = TlsSettings.from_env()
+    if settings is None:
+        return grpc.aio.insecure_channel(address, options=options)
+    return grpc.aio.secure_channel(address, settings.channel_credentials(), options=options)

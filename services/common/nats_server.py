@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from services.common.identities import Credentials, server_config
+from services.common.tls import TlsSettings
 
 
 class NatsServerError(RuntimeError):
@@ -41,20 +42,26 @@ def find_binary() -> str:
 
 
 def conf(store_dir: str, *, max_memory: str = "256MB", max_storage: str = "4GB",
-         credentials: dict[str, Credentials] | None = None, listen: str = "", monitor: str = "") -> str:
+         credentials: dict[str, Credentials] | None = None, listen: str = "", monitor: str = "",
+         tls: TlsSettings | None = None) -> str:
     """nats-server configuration. `listen` / `monitor`: "host:port" (empty: given on the command line)."""
     text = f'listen: "{listen}"\n' if listen else ""
     text += f'http: "{monitor}"\n' if monitor else ""
-    # JetStream limits are explicit so a test box or laptop never fills up.
+    # JetStream limits are explicit so a test box or laptop never fills up. `sync_interval: always`:
+    # a message is on disk before its publish is acknowledged; by default the file store writes behind,
+    # and a killed server lost messages it had already acknowledged (the kill test found one).
     text += (
         "jetstream {\n"
         f'  store_dir: "{store_dir}"\n'
         f"  max_memory_store: {max_memory}\n"
         f"  max_file_store: {max_storage}\n"
+        "  sync_interval: always\n"
         "}\n"
     )
     if credentials is not None:
         text += server_config(credentials)
+    if tls is not None:
+        text += tls.nats_server_block()
     return text
 
 
@@ -68,6 +75,7 @@ class EmbeddedNats:
     port: int = -1  # -1: pick a free port
     monitor_port: int | None = None  # HTTP monitoring; -1: pick a free port; None: off
     credentials: dict[str, Credentials] | None = None  # None: no authentication (unit tests only)
+    tls: TlsSettings | None = None  # None: plain text (loopback only)
     process: subprocess.Popen | None = field(default=None, init=False)
     url: str = field(default="", init=False)
     monitor_url: str = field(default="", init=False)  # http://127.0.0.1:PORT, '' when off
@@ -83,7 +91,7 @@ class EmbeddedNats:
         ports_dir.mkdir()
         config = self.store_dir / "nats.conf"
         text = conf(str(self.store_dir / "js"), max_memory=self.max_memory, max_storage=self.max_storage,
-                    credentials=self.credentials)
+                    credentials=self.credentials, tls=self.tls)
         fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds the passwords
         with os.fdopen(fd, "w") as f:
             f.write(text)

@@ -7,7 +7,7 @@ import asyncio
 import nats
 
 from proto.gen.polymorph.v1 import events_pb2 as ev
-from services.common import subjects
+from services.common import subjects, tls
 from services.common.bus import parse
 from services.common.identities import redact
 
@@ -27,7 +27,7 @@ async def connect_once(url: str) -> nats.NATS:
         attempt.cancel()
 
     attempt = asyncio.ensure_future(nats.connect(url, connect_timeout=3, max_reconnect_attempts=0,
-                                                 allow_reconnect=False, error_cb=stop))
+                                                 allow_reconnect=False, error_cb=stop, **tls.nats_options()))
     try:
         return await asyncio.wait_for(attempt, timeout=5)
     except (Exception, asyncio.CancelledError) as exc:

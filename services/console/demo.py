@@ -20,7 +20,7 @@ from rich.spinner import Spinner
 from rich.table import Table
 
 from proto.gen.polymorph.v1 import events_pb2 as ev
-from services.common import subjects
+from services.common import subjects, tls
 from services.console import client, progress
 from services.console.live import progress_table
 from services.console.stack import Stack
@@ -47,7 +47,7 @@ async def _wait_ready(url: str, stack: Stack, timeout_s: float = 180.0) -> None:
     import nats
 
     deadline = time.monotonic() + timeout_s
-    nc = await nats.connect(url)
+    nc = await nats.connect(url, **tls.nats_options())
     try:
         pending = {"registry": subjects.REGISTRY_SQL, "engine_host": subjects.ENGINE_DISCOVER}
         payloads = {"registry": ev.SqlRequest(query="select 1").SerializeToString(),

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import nats
 
-from services.common import subjects
+from services.common import subjects, tls
 from services.console import client, tables
 
 # `slot_summary`, `campaign_overview` and `leaderboard` are views the registry's migrations create
@@ -63,7 +63,7 @@ async def registry_backlog(url: str) -> int:
     """Messages in the streams that the registry's durable consumers have not acknowledged yet: a
     redelivery after a restart can still be on its way when a campaign already reads `completed`."""
     try:
-        nc = await nats.connect(url, connect_timeout=2, allow_reconnect=False)
+        nc = await nats.connect(url, connect_timeout=2, allow_reconnect=False, **tls.nats_options())
     except Exception as exc:
         raise client.StackUnavailable(f"cannot reach NATS: {exc}") from exc
     try:

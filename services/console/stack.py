@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from services.common import identities, metrics, subjects
+from services.common.config import Env
 from services.common.identities import Credentials
 from services.common.nats_server import EmbeddedNats
+from services.common.tls import TlsSettings
 
 SERVICES = ("registry", "engine_host", "verifier", "agent_pool", "traffic_profiler")
 
@@ -61,6 +63,11 @@ class Stack:
         assert self.nats is not None, "stack not started"
         return identities.with_credentials(self.nats.url, self.credentials[identity])
 
+    @property
+    def tls(self) -> TlsSettings | None:
+        """POLYMORPH_TLS_* from this process's environment or the stack's extra settings."""
+        return TlsSettings.from_env(Env({**os.environ, **self.extra_env}))
+
     def service_env(self, name: str) -> dict[str, str]:
         env = dict(os.environ)
         env.update(
@@ -79,7 +86,8 @@ class Stack:
         _drop_legacy_streams(self.data_dir / "nats")
         monitor = self.monitor_port or (-1 if self.port == -1 else 0)
         self.nats = EmbeddedNats(self.data_dir / "nats", credentials=self.credentials, port=_choose_port(self.port),
-                                 monitor_port=_choose_port(monitor, "POLYMORPH_NATS_MONITOR_PORT", 8222))
+                                 monitor_port=_choose_port(monitor, "POLYMORPH_NATS_MONITOR_PORT", 8222),
+                                 tls=self.tls)
         self.nats.start()
         # a restarted server comes back on these
         self.port = int(self.nats.url.rsplit(":", 1)[1])
@@ -120,7 +128,7 @@ class Stack:
         assert self.nats is not None
         self.nats.stop()
         self.nats = EmbeddedNats(self.data_dir / "nats", credentials=self.credentials, port=self.port,
-                                 monitor_port=self.monitor_port)
+                                 monitor_port=self.monitor_port, tls=self.tls)
         self.nats.start()
 
     def kill_service(self, name: str) -> None:

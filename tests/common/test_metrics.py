@@ -13,6 +13,7 @@ from proto.gen.polymorph.v1 import events_pb2 as ev
 from services.common import metrics, subjects
 from services.common.bus import Bus, Delivery, Poison
 from services.common.config import Env
+from services.common.slot_specs import candidate_id
 from tests.helpers import sample, scrape, wait_for
 
 
@@ -51,21 +52,27 @@ def test_a_sampled_gauge_drops_labels_that_left_the_state(endpoint: metrics.Endp
     assert not [k for k in samples if k[0] == "polymorph_registry_benchmarks" and ("status", "crashed") in k[1]]
 
 
+def _cand(name: str) -> ev.Candidate:
+    """A valid Candidate (invalid ones never reach a handler), told apart by `agent`."""
+    source = f"# {name}\n"
+    return ev.Candidate(candidate_id=candidate_id("rmsnorm", source), slot="rmsnorm", source=source, agent=name)
+
+
 async def test_the_bus_counts_what_every_handler_did(bus: Bus, endpoint: metrics.Endpoint) -> None:
     seen: dict[str, int] = {}
 
     async def handler(msg: ev.Candidate, delivery: Delivery) -> None:
-        seen[msg.candidate_id] = delivery.num_delivered
-        if msg.candidate_id == "bad":
+        seen[msg.agent] = delivery.num_delivered
+        if msg.agent == "bad":
             raise Poison("never valid")
-        if msg.candidate_id == "flaky" and delivery.num_delivered < 2:
+        if msg.agent == "flaky" and delivery.num_delivered < 2:
             raise RuntimeError("transient")
 
     await bus.consume(subjects.CANDIDATES_PROPOSED, ev.Candidate, handler, durable="metrics-t1")
-    await bus.publish(subjects.CANDIDATES_PROPOSED, ev.Candidate(candidate_id="ok"), msg_id="ok")
-    assert not await bus.publish(subjects.CANDIDATES_PROPOSED, ev.Candidate(candidate_id="ok"), msg_id="ok")
-    await bus.publish(subjects.CANDIDATES_PROPOSED, ev.Candidate(candidate_id="bad"))
-    await bus.publish(subjects.CANDIDATES_PROPOSED, ev.Candidate(candidate_id="flaky"))
+    await bus.publish(subjects.CANDIDATES_PROPOSED, _cand("ok"), msg_id="ok")
+    assert not await bus.publish(subjects.CANDIDATES_PROPOSED, _cand("ok"), msg_id="ok")
+    await bus.publish(subjects.CANDIDATES_PROPOSED, _cand("bad"))
+    await bus.publish(subjects.CANDIDATES_PROPOSED, _cand("flaky"))
     await bus.js.publish(subjects.CANDIDATES_PROPOSED, b"\xff\x00garbage")
     await wait_for(lambda: seen.get("flaky") == 2, timeout_s=15)
 
@@ -100,7 +107,7 @@ async def test_core_requests_and_subscriptions_are_counted(bus: Bus, endpoint: m
     await bus.request("metrics.test.sql", ev.SqlRequest(query="boom"), ev.SqlReply)
     await bus.nc.request("metrics.test.sql", b"\xff\x00garbage", timeout=5)
     await bus.nc.publish("metrics.test.campaigns", b"\xff\x00garbage")
-    await bus.publish_core("metrics.test.campaigns", ev.Campaign(campaign_id="c"))
+    await bus.publish_core("metrics.test.campaigns", ev.Campaign(campaign_id="c", model="m", slots=["rope"], budget=1))
     await wait_for(lambda: len(got) == 1)
     await asyncio.sleep(0.2)
     samples = scrape(endpoint.url)
