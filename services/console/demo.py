@@ -2,7 +2,10 @@
 
 embedded stack up → replay the trace → the profiler fires traffic.drift → a campaign proposes
 candidates → the engine host times them → the verifier checks the winners → the registry promotes.
-Exits 0 only if at least one kernel was promoted.
+Ends when the trace is replayed and every campaign it started has ended (budget spent, plateau,
+exhausted) with nothing left to verify or store; the status line says what it still waits for. It
+gives up only when nothing has moved (no candidate, benchmark, verdict, campaign state or stored
+message) for `stall_s`: a busy machine only makes it slower. Exits 0 only if a kernel was promoted.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ class DemoOptions:
     data_dir: Path
     trace: Path
     speed: float
-    timeout_s: float
+    stall_s: float  # give up after this long without any progress
     summary_json: Path | None
 
 
@@ -87,22 +90,47 @@ async def _run_loop(options: DemoOptions, stack: Stack, started: float, live: Li
     await _wait_ready(url, stack)
     replay = asyncio.create_task(replay_trace(stack.url_for("traffic"), options.trace, options.speed, progress=False))
     replay_done_at: float | None = None
+    last_move, seen = time.monotonic(), None
     while True:
         _raise_if_dead(stack)
-        if time.monotonic() - started > options.timeout_s:
-            raise DemoFailed(f"no finished campaign within {options.timeout_s:.0f}s")
         snap = await progress.snapshot(url)
         if replay.done():
             replay.result()  # surfaces a replay error
             replay_done_at = replay_done_at or time.monotonic()
             if not snap.campaigns and time.monotonic() - replay_done_at > 90:
                 raise DemoFailed("the trace was replayed but no drift started a campaign")
-        phase = "replaying trace" if not replay.done() else (
-            "waiting for drift" if not snap.campaigns else "campaign running")
-        live.update(Group(_status_line(phase, started), progress_table(snap)))
+        if (moved := _signature(snap, replay.done())) != seen:
+            last_move, seen = time.monotonic(), moved
+        waiting = waiting_for(snap, replay.done())
+        if time.monotonic() - last_move > options.stall_s:
+            raise DemoFailed(f"nothing moved for {options.stall_s:.0f}s while {waiting}")
+        live.update(Group(_status_line(waiting, started), progress_table(snap)))
         if replay.done() and snap.settled:
             return snap
         await asyncio.sleep(2.0)
+
+
+def _signature(snap: progress.Snapshot, replayed: bool) -> tuple:
+    """What counts as progress: any of these changing."""
+    return (replayed, tuple(sorted(snap.totals.items())), tuple((c["campaign_id"], c["state"], c["proposed"])
+            for c in snap.campaigns), snap.pending_verification, snap.registry_backlog)
+
+
+def waiting_for(snap: progress.Snapshot, replayed: bool) -> str:
+    """Why the demo has not ended yet, in words."""
+    if not replayed:
+        return "replaying the trace"
+    running = [c for c in snap.campaigns if c["state"] not in ("completed", "failed")]
+    if not snap.campaigns:
+        return "waiting for the profiler's drift"
+    if running:
+        proposed = sum(int(c["proposed"] or 0) for c in running)
+        return f"{len(running)} campaign(s) running, {proposed} candidates proposed so far"
+    if snap.pending_verification:
+        return f"verifying {snap.pending_verification} winner(s)"
+    if snap.registry_backlog:
+        return f"the registry is storing {snap.registry_backlog} message(s)"
+    return "finishing"
 
 
 def summary_table(snap: progress.Snapshot) -> Table:
