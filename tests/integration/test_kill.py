@@ -38,15 +38,25 @@ async def _sql(stack, query: str) -> list[dict]:
     return tables.rows(reply)
 
 
+async def _proposed(stack) -> set[str]:
+    """Every candidate id in the stream: what was proposed, as durably recorded. (A core subscription
+    would miss what is published while the nats-server restarts: core NATS is at most once.)"""
+    nc = await nats.connect(stack.url_for("agent_pool"))  # an identity that may create a consumer
+    try:
+        sub = await nc.jetstream().subscribe(subjects.CANDIDATES_PROPOSED, ordered_consumer=True)
+        ids: set[str] = set()
+        while True:
+            try:
+                msg = await sub.next_msg(timeout=3)
+            except nats.errors.TimeoutError:
+                return ids
+            ids.add(ev.Candidate.FromString(msg.data).candidate_id)
+    finally:
+        await nc.close()
+
+
 async def test_campaign_survives_sigkill_of_each_service(stack) -> None:
     await wait_ready(stack)
-    nc = await nats.connect(stack.nats_url)
-    proposed: set[str] = set()
-
-    async def on_proposed(msg) -> None:
-        proposed.add(ev.Candidate.FromString(msg.data).candidate_id)
-
-    await nc.subscribe(subjects.CANDIDATES_PROPOSED, cb=on_proposed)
     await client.start_campaign(
         stack.nats_url, ev.StartCampaignRequest(model="llama-tiny", slots=["rmsnorm", "silu_mul"], budget=12)
     )
@@ -64,7 +74,7 @@ async def test_campaign_survives_sigkill_of_each_service(stack) -> None:
         await wait_campaigns_settled(stack, timeout_s=600)
     finally:
         watching.cancel()
-    await nc.close()
+    proposed = await _proposed(stack)
 
     for table in ("candidates", "benchmarks", "verdicts"):
         rows = await _sql(stack, f"select count(*) as n, count(distinct candidate_id) as d from {table}")
