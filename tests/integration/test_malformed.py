@@ -13,46 +13,15 @@ import nats
 import pytest
 
 from proto.gen.polymorph.v1 import events_pb2 as ev
-from services.common import identities, subjects
+from services.common import subjects
 from services.console import client, tables
 from tests.integration.conftest import wait_campaigns_settled, wait_ready
+from tests.integration.flood import DURABLE_SUBJECTS, flood_durable_subjects, flood_requests
 
 pytestmark = pytest.mark.timeout(900)
 
-DURABLE_SUBJECTS = (
-    subjects.TRAFFIC_REQUESTS,
-    subjects.TRAFFIC_DRIFT,
-    subjects.CAMPAIGN_STARTED,
-    subjects.CAMPAIGN_COMPLETED,
-    subjects.CAMPAIGN_FAILED,
-    subjects.CANDIDATES_PROPOSED,
-    subjects.CANDIDATES_BENCHMARKED,
-    subjects.CANDIDATES_VERIFIED,
-    subjects.KERNEL_PROMOTED,
-    subjects.KERNEL_DEMOTED,
-    subjects.board("c-garbage"),
-)
-REQUEST_SUBJECTS = (subjects.CAMPAIGN_START, subjects.REGISTRY_SQL, subjects.REGISTRY_EXPORT, subjects.ENGINE_DISCOVER)
-PER_SUBJECT = 140  # 15 subjects: over 2,000 messages in all
 TABLES = ("candidates", "benchmarks", "verdicts", "campaigns", "drift_events", "board_notes", "events",
           "traffic_profiles", "promotions")
-
-
-def garbage(rng: random.Random) -> list[bytes]:
-    """PER_SUBJECT payloads: random bytes, empty, other message types, an oversized field."""
-    wrong_types = [
-        ev.Verdict(candidate_id="0123456789abcdef", status=ev.VERDICT_STATUS_PASSED, speedup=9.0),
-        ev.BenchmarkResult(candidate_id="feedfacefeedface", status=ev.BENCH_STATUS_OK, speedup_lo=50.0),
-        ev.SqlRequest(query="select 1"),
-        ev.KernelDemoted(candidate_id="x", reason="r"),
-        ev.DriftEvent(drift_id="d-" + "y" * 20, t_s=1e12),
-        ev.EngineAddress(address="evil:1", hardware="h200"),
-    ]
-    out: list[bytes] = [b"", b"\x00", ev.Campaign(campaign_id="c", model="m" * 900_000).SerializeToString()]
-    out += [m.SerializeToString() for m in wrong_types]
-    while len(out) < PER_SUBJECT:
-        out.append(bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 300))))
-    return out
 
 
 async def _counts(stack) -> dict[str, int]:
@@ -75,32 +44,21 @@ async def test_a_flood_of_garbage_changes_nothing_and_the_loop_still_works(stack
     await asyncio.sleep(3)  # every service has created its consumers
     pids = {name: proc.pid for name, proc in stack.processes.items()}
     rng = random.Random(7)
-    sent = 0
-    for subject in DURABLE_SUBJECTS:
-        owner = await nats.connect(stack.url_for(identities.publisher_of(subject)))
-        js = owner.jetstream()
-        for payload in garbage(rng):
-            await js.publish(subject, payload)
-            sent += 1
-        await owner.close()
+    sent = await flood_durable_subjects(stack.url_for, rng)
     operator = await nats.connect(stack.nats_url)
     answered: dict[str, list] = {}  # requests answered without an error
-    for subject in REQUEST_SUBJECTS:
-        for payload in garbage(rng):
-            try:
-                reply = await operator.request(subject, payload, timeout=10)
-            except nats.errors.TimeoutError:  # engine.discover answers only requests it can serve
-                assert subject == subjects.ENGINE_DISCOVER
-                continue
-            finally:
-                sent += 1
-            if subject == subjects.ENGINE_DISCOVER:
-                continue
-            decoded = {subjects.CAMPAIGN_START: ev.Campaign, subjects.REGISTRY_SQL: ev.SqlReply,
-                       subjects.REGISTRY_EXPORT: ev.ExportReply}[subject].FromString(reply.data)
-            assert not getattr(decoded, "campaign_id", ""), f"{subject} started a campaign from {payload[:40]!r}"
-            if not (getattr(decoded, "error", "") or getattr(decoded, "stop_reason", "")):
-                answered.setdefault(subject, []).append((payload[:60], str(decoded)[:200]))
+    for subject, payload, reply in await flood_requests(stack.nats_url, rng):
+        sent += 1
+        if reply is None:  # engine.discover answers only requests it can serve
+            assert subject == subjects.ENGINE_DISCOVER
+            continue
+        if subject == subjects.ENGINE_DISCOVER:
+            continue
+        decoded = {subjects.CAMPAIGN_START: ev.Campaign, subjects.REGISTRY_SQL: ev.SqlReply,
+                   subjects.REGISTRY_EXPORT: ev.ExportReply}[subject].FromString(reply)
+        assert not getattr(decoded, "campaign_id", ""), f"{subject} started a campaign from {payload[:40]!r}"
+        if not (getattr(decoded, "error", "") or getattr(decoded, "stop_reason", "")):
+            answered.setdefault(subject, []).append((payload[:60], str(decoded)[:200]))
     assert sent >= 2000
     assert sum(map(len, answered.values())) <= 20, answered  # a few parse as valid queries: "select 1" runs
 
