@@ -79,7 +79,7 @@ class CommonSettings:
         env = env or Env.current()
         return cls(
             nats_url=env.str("NATS_URL", "nats://127.0.0.1:4222"),
-            data_dir=env.path("DATA_DIR", Path(".polymorph")),
+            data_dir=env.path("DATA_DIR", Path(".polymorph")).resolve(),  # absolute: children run from other dirs
             model=env.str("MODEL", "llama-tiny"),
             log_format=env.str("LOG_FORMAT", "json"),
             log_level=env.str("LOG_LEVEL", "info"),

@@ -42,6 +42,9 @@ class Stack:
     # POLYMORPH_NATS_MONITOR_PORT, else 8222 when free, else any free port
     monitor_port: int = 0
 
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir).resolve()  # absolute: services and sandboxes run elsewhere
+
     @property
     def log_dir(self) -> Path:
         return self.data_dir / "logs"

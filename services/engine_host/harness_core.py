@@ -95,7 +95,7 @@ class Harness:
         # reference generation on a GPU runs through graphs too (its own, of reference ops only)
         self.ref_graphs = (DecodeGraphs(self.model, self.table, [1])
                            if self.device.type == "cuda" and spec.graphs else None)
-        root = Path(spec.data_dir) / "sandboxes" / spec.tier
+        root = Path(spec.data_dir).resolve() / "sandboxes" / spec.tier  # absolute: a sandbox confines itself elsewhere
         self.pool = SandboxPool(SandboxSettings(str(self.device), spec.threads, str(root),
                                                 spec.sandbox_start_timeout_s, spec.sandbox_pool, spec.sandbox_relax,
                                                 spec.jit_timeout_s))
