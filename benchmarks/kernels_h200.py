@@ -78,6 +78,19 @@ ATTN_BLOCK_GRID = [dict(QKV_BLOCK_N=q, QKV_SPLIT_K=qs, WO_SPLIT_K=ws, PROGRAMS_P
     (16, 1, 4, 2), (8, 1, 4, 2), (16, 2, 4, 4), (16, 1, 2, 2), (8, 2, 4, 4), (16, 1, 4, 1))] + [dict(COUNTERS=0)]
 LAYER_GRID = [dict(), dict(WO_SPLIT_K=2), dict(WO_SPLIT_K=1, DOWN_SPLIT_K=2), dict(PROGRAMS_PER_SM=4),
               dict(SKIP_DEAD=0, ATTN_STAGES=3), dict(QKV_BLOCK_N=16, UP_BLOCK_N=8)]
+# the layer at B = 64 (batch decode): MAX_M = 64 and the *_WIDE tensor-core tiles (the narrow tiles above
+# stay the bs1 picks; pick_best merges the two)
+_WIDE = ("QKV", "WO", "UP", "DOWN")
+LAYER_WIDE_GRID = [dict(MAX_M=64, **p) for p in (
+    {},
+    {f"{g}_WIDE_WARPS": 8 for g in _WIDE},
+    {f"{g}_WIDE_BLOCK_N": 16 for g in _WIDE},
+    {"QKV_WIDE_BLOCK_K": 256, "WO_WIDE_BLOCK_K": 256, "DOWN_WIDE_BLOCK_K": 256},
+    {"QKV_WIDE_BLOCK_N": 64, "QKV_WIDE_SPLIT_K": 2, "WO_WIDE_BLOCK_N": 64, "WO_WIDE_SPLIT_K": 2},
+    {"UP_WIDE_BLOCK_N": 32, "DOWN_WIDE_SPLIT_K": 1},
+    {"DOWN_WIDE_BLOCK_N": 64, "DOWN_WIDE_SPLIT_K": 4, "UP_WIDE_WARPS": 8},
+    {"QKV_WIDE_SPLIT_K": 2, "WO_WIDE_SPLIT_K": 2, "DOWN_WIDE_SPLIT_K": 4},
+)]
 OP_FAMILIES = ("linear", "attention", "sample", "norms", "regions", "layer")
 DEVICE = "cuda"
 TOL_SCALE = 1.0  # the CPU interpreter rounds bfloat16 toward zero: wider bounds in --device cpu runs
@@ -406,13 +419,13 @@ def reference_ops() -> Any:
     return SimpleNamespace(**REFERENCES, attach=lambda model: None)
 
 
-def layers_of(name: str, n_layers: int) -> Any:
+def layers_of(name: str, n_layers: int, max_batch: int = 16) -> Any:
     """The first layers of a bfloat16 model of the real shapes (seeded weights, random KV caches): the
     blocks a region is timed on, one per rotated input set."""
     from services.engine_host.models.llama import build_model, model_args
 
     args = model_args(name, n_layers=n_layers, dtype="bfloat16")
-    model = build_model(args, reference_ops(), seed=0, device=DEVICE, max_batch=16, max_seq=MAX_SEQ)
+    model = build_model(args, reference_ops(), seed=0, device=DEVICE, max_batch=max_batch, max_seq=MAX_SEQ)
     for layer in model.layers:
         layer.attention.kv_cache.k_cache.normal_()
         layer.attention.kv_cache.v_cache.normal_()
@@ -521,10 +534,15 @@ def op_layer(run: Run | None, plan: Plan, models: dict[str, dict[str, int]]) -> 
         for B in (1, 4, 16):
             _layer_case(run, plan, name, m, model, B, weights, extra)
         del model
+        wide = ROWS[-1]  # a model with caches for 64 rows, fewer copies (its caches are 4x larger)
+        cache = 2 * wide * m["Hkv"] * MAX_SEQ * m["D"]
+        model = layers_of(name, copies((weights + cache) * 2, 8) if plan.timed else 1, max_batch=wide)
+        _layer_case(run, plan, name, m, model, wide, weights, [], LAYER_WIDE_GRID)
+        del model
 
 
 def _layer_case(run: Run | None, plan: Plan, name: str, m: dict[str, int], model: Any, B: int, weights: int,
-                extra: list[dict[str, Any]]) -> None:
+                extra: list[dict[str, Any]], grid: list[dict[str, Any]] | None = None) -> None:
     blocks = list(model.layers)
     x = rnd(B, 1, m["E"])
     pos = torch.tensor([PROMPT], device=DEVICE)
@@ -536,7 +554,7 @@ def _layer_case(run: Run | None, plan: Plan, name: str, m: dict[str, int], model
         return rel_err(kernel(blocks[0], x2, *fargs), type(blocks[0]).forward(blocks[0], x2, *fargs))
 
     nbytes = (weights + 2 * B * m["Hkv"] * (PROMPT + 1) * m["D"]) * 2
-    entry = grid_search(run, plan, "layer", LAYER_GRID + extra,
+    entry = grid_search(run, plan, "layer", (LAYER_GRID if grid is None else grid) + extra,
                         lambda kern: [lambda b=b: kern(b, x, *fargs) for b in blocks], check, 2e-2, nbytes, ref_us)
     entry.update(model=name, B=B, ref_us=ref_us, bytes=nbytes, label=f"{name} layer B={B}", mapped=extra)
     _entry(run, "layer", entry)
@@ -612,8 +630,20 @@ def pick_best(run: Run) -> dict[str, Any]:
         }
         for slot in NORM_GRID:
             cfg[slot] = total(slot, lambda e: True)
+        wide = wide_layer(run, name)
+        if cfg["layer"] is not None and wide is not None:  # bs1's narrow tiles + bs64's wide ones, one kernel
+            cfg["layer"] = {**cfg["layer"], **wide}
         best[name] = {**run.res["best"].get(name, {}), **{k: v for k, v in cfg.items() if v is not None}}
     return best
+
+
+def wide_layer(run: Run, name: str) -> dict[str, Any] | None:
+    """MAX_M and the *_WIDE tiles of the fastest B = 64 layer variant, if it beats the block's forward."""
+    for e in run.res["ops"].get("layer", []):
+        best = e.get("best")
+        if e["model"] == name and e["B"] == ROWS[-1] and best and e.get("ref_us") and best["us"] < e["ref_us"]:
+            return {k: v for k, v in best["params"].items() if k == "MAX_M" or "_WIDE_" in k}
+    return None
 
 
 # -- e2e (a child process per model) --------------------------------------------------------------------

@@ -139,7 +139,11 @@ def test_attn_block_prefill_takes_the_modules_forward(load: Loader) -> None:
 
 LAYER = {"default": {}, "split": {"QKV_SPLIT_K": "2", "WO_SPLIT_K": "3", "UP_SPLIT_K": "2", "DOWN_SPLIT_K": "2",
                                   "QKV_BLOCK_K": "32", "WO_BLOCK_K": "32", "UP_BLOCK_K": "32", "DOWN_BLOCK_K": "64",
-                                  "ATTN_BLOCK_N": "16", "COUNTERS": "0"}}
+                                  "ATTN_BLOCK_N": "16", "COUNTERS": "0"},
+         # batches above WIDE_M take the wide (batch-decode) tiles: B = 3 here
+         "wide": {"MAX_M": "64", "WIDE_M": "2", "QKV_WIDE_BLOCK_K": "32", "WO_WIDE_BLOCK_K": "32",
+                  "UP_WIDE_BLOCK_K": "32", "UP_WIDE_BLOCK_N": "16", "DOWN_WIDE_BLOCK_K": "64",
+                  "DOWN_WIDE_SPLIT_K": "2"}}
 
 
 @pytest.mark.parametrize("variant", sorted(LAYER))

@@ -41,6 +41,23 @@ DOWN_BLOCK_N = 8  # w2 GEMV
 DOWN_BLOCK_K = 1024
 DOWN_SPLIT_K = 1
 DOWN_WARPS = 2
+WIDE_M = 16  # batches of more rows than this (up to MAX_M) use the *_WIDE tiles: tensor-core tiles of M rows
+QKV_WIDE_BLOCK_N = 32
+QKV_WIDE_BLOCK_K = 128
+QKV_WIDE_SPLIT_K = 1
+QKV_WIDE_WARPS = 4
+WO_WIDE_BLOCK_N = 32
+WO_WIDE_BLOCK_K = 128
+WO_WIDE_SPLIT_K = 1
+WO_WIDE_WARPS = 4
+UP_WIDE_BLOCK_N = 64
+UP_WIDE_BLOCK_K = 128
+UP_WIDE_SPLIT_K = 1
+UP_WIDE_WARPS = 4
+DOWN_WIDE_BLOCK_N = 32
+DOWN_WIDE_BLOCK_K = 128
+DOWN_WIDE_SPLIT_K = 2
+DOWN_WIDE_WARPS = 4
 GEMV_STAGES = 3  # software-pipelining depth of the GEMV K loops
 ATTN_BLOCK_N = 64  # attention: KV positions per inner block (a power of two >= 16)
 ATTN_SPLITS = 0  # attention: KV splits per (batch, kv head); 0: PROGRAMS_PER_SM programs on every SM
@@ -64,7 +81,8 @@ def _check_params() -> None:
     def pow2(v: int) -> bool:
         return isinstance(v, int) and v > 0 and v & (v - 1) == 0
 
-    ints = {"MAX_M": (MAX_M, 1, 64), "GEMV_STAGES": (GEMV_STAGES, 1, 6), "ATTN_SPLITS": (ATTN_SPLITS, 0, 256),
+    ints = {"MAX_M": (MAX_M, 1, 64), "WIDE_M": (WIDE_M, 1, 64), "GEMV_STAGES": (GEMV_STAGES, 1, 6),
+            "ATTN_SPLITS": (ATTN_SPLITS, 0, 256),
             "PROGRAMS_PER_SM": (PROGRAMS_PER_SM, 1, 32), "SKIP_DEAD": (SKIP_DEAD, 0, 1),
             "ATTN_STAGES": (ATTN_STAGES, 1, 6), "COUNTERS": (COUNTERS, 0, 1)}
     pows = {"ATTN_BLOCK_N": (ATTN_BLOCK_N, 16, 512), "ATTN_WARPS": (ATTN_WARPS, 1, 16)}
@@ -82,7 +100,11 @@ def _check_params() -> None:
 
 _GEMVS = {"QKV": (QKV_BLOCK_N, QKV_BLOCK_K, QKV_SPLIT_K, QKV_WARPS),
           "WO": (WO_BLOCK_N, WO_BLOCK_K, WO_SPLIT_K, WO_WARPS), "UP": (UP_BLOCK_N, UP_BLOCK_K, UP_SPLIT_K, UP_WARPS),
-          "DOWN": (DOWN_BLOCK_N, DOWN_BLOCK_K, DOWN_SPLIT_K, DOWN_WARPS)}
+          "DOWN": (DOWN_BLOCK_N, DOWN_BLOCK_K, DOWN_SPLIT_K, DOWN_WARPS),
+          "QKV_WIDE": (QKV_WIDE_BLOCK_N, QKV_WIDE_BLOCK_K, QKV_WIDE_SPLIT_K, QKV_WIDE_WARPS),
+          "WO_WIDE": (WO_WIDE_BLOCK_N, WO_WIDE_BLOCK_K, WO_WIDE_SPLIT_K, WO_WIDE_WARPS),
+          "UP_WIDE": (UP_WIDE_BLOCK_N, UP_WIDE_BLOCK_K, UP_WIDE_SPLIT_K, UP_WIDE_WARPS),
+          "DOWN_WIDE": (DOWN_WIDE_BLOCK_N, DOWN_WIDE_BLOCK_K, DOWN_WIDE_SPLIT_K, DOWN_WIDE_WARPS)}
 _check_params()
 
 
@@ -470,15 +492,16 @@ def kernel(module: torch.nn.Module, x: torch.Tensor, freqs_cis: torch.Tensor, ma
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
     new = lambda n: torch.empty((B, n), dtype=x.dtype, device=x.device)  # noqa: E731
+    tiles = {name: _GEMVS[f"{name}_WIDE" if B > WIDE_M else name] for name in ("QKV", "WO", "UP", "DOWN")}
     q = new(Hq * D)  # roped q; k and v go to the cache
     rope = (cache.k_cache, cache.v_cache, input_pos, freqs_cis, Hq * D, Hkv * D, D)
-    _gemv_launch(module, x2, attn.wqkv, q, _GEMVS["QKV"], ROPE_KV, norm=(module.attention_norm, eps), rope=rope)
+    _gemv_launch(module, x2, attn.wqkv, q, tiles["QKV"], ROPE_KV, norm=(module.attention_norm, eps), rope=rope)
     y = new(Hq * D)
     _attention(q, cache.k_cache[:B, :, :kv_len], cache.v_cache[:B, :, :kv_len], mask, y, Hq)
     h = new(E)  # x + attention output
-    _gemv_launch(module, y, attn.wo, h, _GEMVS["WO"], RESIDUAL, residual=x2)
+    _gemv_launch(module, y, attn.wo, h, tiles["WO"], RESIDUAL, residual=x2)
     g = new(ff.w1.shape[0])  # silu(gate) * up
-    _gemv_launch(module, h, ff.w1, g, _GEMVS["UP"], SILU_MUL, wu=ff.w3, norm=(module.ffn_norm, eps))
+    _gemv_launch(module, h, ff.w1, g, tiles["UP"], SILU_MUL, wu=ff.w3, norm=(module.ffn_norm, eps))
     out = torch.empty((B, 1, E), dtype=x.dtype, device=x.device)
-    _gemv_launch(module, g, ff.w2, out.view(B, E), _GEMVS["DOWN"], RESIDUAL, residual=h)
+    _gemv_launch(module, g, ff.w2, out.view(B, E), tiles["DOWN"], RESIDUAL, residual=h)
     return out
