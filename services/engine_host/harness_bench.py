@@ -286,8 +286,7 @@ def _repeat(session: Session, box: Any, it: WorkItem, count: int, repeats: Repea
             repeats.out_of_time = True
             return False
         n = min(left, repeats.chunk())
-        bufs.refresh()
-        bufs.poison(n)
+        bufs.renew(n)
         if it.caches:
             box.call(RestoreCaches(it.caches), session.timeout_s)
         done: CallsDone = box.call(Calls(it.key, tuple((i, i) for i in range(n))), session.timeout_s)

@@ -135,8 +135,17 @@ class RemoteRunner:
         self.rtt: dict[str, float] = {}
         self.in_calls_s = 0.0  # seconds spent inside timed Calls round trips (the rest is the harness's work)
 
+    def _frozen_then_call(self, item: WorkItem, pairs: tuple[tuple[int, int], ...],
+                          prepare: Callable[[], None] = lambda: None) -> float:
+        """`prepare` (fresh inputs, poisoned outputs) runs while the sandbox is stopped, and the clock
+        starts before it is let go: a candidate thread that watched the buffers could otherwise
+        compute the next answers before the call it is timed on (work ahead of the clock)."""
+        self.box.freeze()
+        prepare()
+        return self._call(item, pairs)
+
     def _call(self, item: WorkItem, pairs: tuple[tuple[int, int], ...]) -> float:
-        t0 = time.perf_counter()
+        t0 = time.perf_counter()  # Sandbox.call thaws a frozen box inside the window
         done: CallsDone = self.box.call(Calls(item.key, pairs), self.session.timeout_s)
         seconds = time.perf_counter() - t0
         if done.error:
@@ -148,14 +157,13 @@ class RemoteRunner:
         return seconds
 
     def _ready(self, item: WorkItem, n: int) -> Buffers:
-        self.box.thaw()
         for rival in self.rivals:  # nothing of the other side runs while this side is timed
             rival.freeze()
         bufs = self.session.bufs(item, n)
         if self.bound.get(item.key) != bufs.generation:
             self.box.call(Bind(item.key, item.op, bufs.sets, bufs.outputs, bufs.expect), self.session.timeout_s)
             self.bound[item.key] = bufs.generation
-            empty = [self._call(item, ()) for _ in range(7)]
+            empty = [self._frozen_then_call(item, ()) for _ in range(7)]  # as a timed sample sees it
             self.rtt[item.key] = float(np.median(empty))
         if item.caches:
             self.box.call(RestoreCaches(item.caches), self.session.timeout_s)
@@ -164,10 +172,9 @@ class RemoteRunner:
     def calibrate(self, item: Any, warmup_calls: int) -> float:
         bufs = self._ready(item, CALIBRATION_CALLS)
         self._call(item, tuple((i % bufs.n_sets, i % bufs.n_sets) for i in range(warmup_calls)))
-        bufs.refresh()
-        bufs.poison(CALIBRATION_CALLS)
         pairs = tuple((i, i) for i in range(CALIBRATION_CALLS))
-        return max(self._call(item, pairs) - self.rtt[item.key], 1e-9) / CALIBRATION_CALLS
+        seconds = self._frozen_then_call(item, pairs, lambda: bufs.renew(CALIBRATION_CALLS))
+        return max(seconds - self.rtt[item.key], 1e-9) / CALIBRATION_CALLS
 
     def overhead_s(self, item: Any) -> float:
         return self.rtt.get(item.key, 0.0)
@@ -178,9 +185,7 @@ class RemoteRunner:
         self._call(item, ((offset % bufs.n_sets, offset % bufs.n_sets),))  # absorbs the switch
         times = []
         for _ in range(samples):
-            bufs.refresh()
-            bufs.poison(calls)
-            seconds = self._call(item, pairs)
+            seconds = self._frozen_then_call(item, pairs, lambda: bufs.renew(calls))
             self.in_calls_s += seconds
             idx, gathered = bufs.gather(calls)
             if self.checked:

@@ -35,9 +35,11 @@ def sandbox_main(conn: Connection, spec: SandboxSpec) -> None:
         import torch.multiprocessing
 
         from services.engine_host.sandbox_server import SandboxServer
+        from services.engine_host.warmup import warm_device
 
         torch.set_num_threads(spec.threads)
         server = SandboxServer(spec)
+        warm_device(server.device)  # before Ready: a pooled sandbox pays Triton's start-up, not its candidate
     except Exception:
         conn.send(Fatal(traceback.format_exc()))
         return

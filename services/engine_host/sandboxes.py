@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from services.common.log import get_logger
-from services.engine_host.containment import Confinement, children, signal_all
+from services.engine_host.containment import Confinement, children, family, signal_all
 from services.engine_host.procs import Child
 from services.engine_host.protocol import Calls, Exit, SandboxSpec
 from services.engine_host.sandbox import sandbox_main
@@ -115,6 +115,7 @@ class Sandbox:
         self.jit_pending = False  # the next Calls may JIT-compile the kernel (Triton, torch.compile)
         self.caches: tuple[Any, ...] = ()  # KV caches the harness allocated for its model (kept alive here)
         self.frozen = False
+        self._stopped: list[int] = []
 
     def launch(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -126,6 +127,7 @@ class Sandbox:
         self.measures = self.child.wait_ready(timeout_s)
 
     def call(self, command: Any, timeout_s: float) -> Any:
+        self.thaw()  # a frozen sandbox answers nothing; thawing here keeps SIGCONT inside a timed window
         if isinstance(command, Calls) and self.jit_pending:
             # its first call compiles (a cold torch.compile takes ~20 s on a CPU): a longer allowance,
             # once; the backend is the candidate's own word, so lying only changes how long its hang lasts
@@ -139,12 +141,25 @@ class Sandbox:
 
     def freeze(self) -> None:
         if not self.frozen and self.child.alive:
-            signal_all(self.child.pid, signal.SIGSTOP, stray_children())
+            stopped: set[int] = set()
+            while True:  # until a walk finds nothing new: a process may fork between a walk and its SIGSTOP
+                fresh = set(family(self.child.pid, stray_children()) or [self.child.pid]) - stopped
+                if not fresh:
+                    break
+                for pid in fresh:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, signal.SIGSTOP)
+                stopped |= fresh
+            self._stopped = sorted(stopped)
             self.frozen = True
 
     def thaw(self) -> None:
+        """SIGCONT to exactly what freeze stopped (a stopped family cannot have grown): a few kill()s,
+        no walk of /proc, so a thaw inside a timed window costs microseconds."""
         if self.frozen:
-            signal_all(self.child.pid, signal.SIGCONT, stray_children())
+            for pid in self._stopped:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGCONT)
             self.frozen = False
 
     def close(self) -> None:

@@ -1,11 +1,12 @@
-"""Honest A/B timing: warm-up excluded, interleaved A/B/A' rounds, bootstrap intervals, A/A spread.
+"""Honest A/B timing: warm-up excluded, sample-by-sample interleaving, distribution-free intervals, A/A spread.
 
-Each round times the incumbent (A) and the candidate (B) three times on every work item (a shape
-bucket x call site), A B A' in even rounds and B A B' in odd ones, so drift and position hit both
-sides. The per-round ratio is incumbent / candidate time over the weighted per-step totals; the
-speedup is its median, with a bootstrap 95 % interval widened by the A/A spread (the incumbent timed
-against itself) and never by less than a noise floor, so a difference inside the noise never gets a
-lower bound above 1.
+Each round times the incumbent (A) and the candidate (B) on every work item (a shape bucket x call
+site), alternating sample by sample (A B B A A B ..., the other way round in odd rounds), so drift,
+bursts of load and position hit both sides. The per-round ratio is incumbent / candidate time over
+the weighted per-step totals of the per-side median samples; the speedup is its median, with the sign
+test's 95 % interval for that median (no assumption on the noise) widened by the A/A spread (the
+incumbent's even samples against its odd ones) and never by less than a noise floor, so a difference
+inside the noise never gets a lower bound above 1.
 
 This module only does arithmetic on times. A `Runner` produces them: the harness's runners time a
 sandbox from the harness's side of the process boundary (remote.py), so nothing the candidate runs
@@ -14,6 +15,7 @@ next to can touch the clock.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -50,7 +52,6 @@ class Settings:
     target_sample_s: float = 2e-3  # calls per sample are batched until a sample lasts about this long
     max_inner: int = 200
     warmup_calls: int = 3
-    bootstrap: int = 2000
     noise_floor: float = 0.01  # the interval is widened by at least this much: tiny "wins" are noise
 
 
@@ -94,13 +95,27 @@ def _stats(per_round_s: np.ndarray, runs: int) -> Stats:
     return Stats(float(np.median(us)), float(np.percentile(us, 10)), float(np.percentile(us, 90)), runs)
 
 
-def bootstrap_median(values: np.ndarray, n: int, seed: int = 0) -> tuple[float, float]:
-    if len(values) < 2:
-        return float(values[0]), float(values[0])
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(values), size=(n, len(values)))
-    medians = np.median(values[idx], axis=1)
-    return float(np.percentile(medians, 2.5)), float(np.percentile(medians, 97.5))
+COVERAGE = 0.95
+# the fewest rounds whose [min, max] covers the median with COVERAGE (1 - 2 / 2**n): with 3 rounds it
+# covers 75 %, and A/A comparisons of one kernel in two sandboxes came out 1.04x "faster" beyond it
+MIN_ROUNDS = next(n for n in range(1, 64) if 1.0 - 2.0 / 2.0 ** n >= COVERAGE)
+
+
+def median_interval(values: np.ndarray, coverage: float = COVERAGE) -> tuple[float, float]:
+    """Distribution-free interval for the median (the sign test's order statistics): [x_(k), x_(n-k+1)]
+    with the largest k whose coverage is at least `coverage`. It assumes nothing about the noise,
+    which on a shared machine is bursty and heavy-tailed (a bootstrap of a few rounds is far too narrow
+    there: A/A comparisons came out 1.2x "faster" beyond its interval)."""
+    x = np.sort(values)
+    n = len(x)
+
+    def covers(k: int) -> bool:  # P(x_(k) <= median <= x_(n-k+1)) = 1 - 2 P(Binomial(n, 1/2) <= k - 1)
+        return 1.0 - 2.0 * sum(math.comb(n, i) for i in range(k)) / 2.0 ** n >= coverage
+
+    k = 1  # with too few rounds for the coverage: the widest, [min, max]
+    while k + 1 <= (n + 1) // 2 and covers(k + 1):
+        k += 1
+    return float(x[k - 1]), float(x[n - k])
 
 
 def compare(
@@ -111,44 +126,49 @@ def compare(
     progress: Callable[[str], None] = lambda _: None,
 ) -> Comparison:
     s = settings
+    rounds = max(s.rounds, MIN_ROUNDS)  # fewer rounds cannot give the interval its coverage
     inner: dict[str, int] = {}
     for item in items:
         inner[item.key] = min(_inner(incumbent, item, s), _inner(candidate, item, s))
         progress(f"warm {item.key}")
     weights = np.array([it.weight for it in items])
-    # [round, item, position]: even rounds run A B A', odd rounds B A B', so neither side always
-    # sits in the middle (a position bias would otherwise look like a speedup)
-    t = np.zeros((s.rounds, len(items), 3))
-    runs = {id(incumbent): 0, id(candidate): 0}
-    for r in range(s.rounds):
-        order = (incumbent, candidate, incumbent) if r % 2 == 0 else (candidate, incumbent, candidate)
+    samples = max(s.samples, 2)  # the A/A spread compares a side's even and odd samples
+    # [round, item, sample, side]: the two sides alternate sample by sample (A B, B A, A B, ... and the
+    # other way round in odd rounds), so a burst of load on a shared machine, which lasts longer than a
+    # sample, falls on both sides instead of on one side's whole block
+    t = np.zeros((rounds, len(items), samples, 2))
+    sides = (incumbent, candidate)
+    runs = [0, 0]
+    for r in range(rounds):
         for j, item in enumerate(items):
-            n, off = inner[item.key], r * 7 + j
-            for p, runner in enumerate(order):
-                t[r, j, p] = runner.block(item, n, s.samples, off)
-                runs[id(runner)] += n * s.samples
-            progress(f"round {r + 1}/{s.rounds} {item.key}")  # keeps the host's hang timer honest
-    even, odd = t[0::2], t[1::2]
-    inc = np.concatenate([(even[..., 0] + even[..., 2]) / 2, odd[..., 1]])  # [rounds, items]
-    cand = np.concatenate([even[..., 1], (odd[..., 0] + odd[..., 2]) / 2])
+            n = inner[item.key]
+            for k in range(samples):
+                first = (r + k) % 2
+                for side in (first, 1 - first):
+                    t[r, j, k, side] = sides[side].block(item, n, 1, r * 7 + j + k)
+                    runs[side] += n
+            progress(f"round {r + 1}/{rounds} {item.key}")  # keeps the host's hang timer honest
+    per_round = np.median(t, axis=2)  # [round, item, side]
+    inc, cand = per_round[..., 0], per_round[..., 1]
     x, y = inc @ weights, cand @ weights  # weighted per-step totals per round
     ratios = x / y
-    # A/A: the incumbent against itself in the even rounds (first vs second), both as the relative
+    # A/A: the incumbent against itself (its even samples against its odd ones), both as the relative
     # difference of the two medians and as the typical per-round difference; a noise floor on top
-    a1, a2 = even[..., 0] @ weights, even[..., 2] @ weights
+    a1, a2 = np.median(t[:, :, 0::2, 0], axis=2) @ weights, np.median(t[:, :, 1::2, 0], axis=2) @ weights
     aa_spread = max(abs(float(np.median(a1)) / float(np.median(a2)) - 1.0), float(np.median(np.abs(a1 / a2 - 1.0))))
     widen = 1.0 + max(aa_spread, s.noise_floor)
-    lo, hi = bootstrap_median(ratios, s.bootstrap)
+    lo, hi = median_interval(ratios)
     per_item = {item.key: float(np.median(inc[:, j] / cand[:, j])) for j, item in enumerate(items)}
     per_group: dict[str, dict[str, float]] = {}
     for g in sorted({group_of(it.key) for it in items}):
         w = np.array([it.weight if group_of(it.key) == g else 0.0 for it in items])
-        g1, g2 = even[..., 0] @ w, even[..., 2] @ w
+        g1 = np.median(t[:, :, 0::2, 0], axis=2) @ w
+        g2 = np.median(t[:, :, 1::2, 0], axis=2) @ w
         per_group[g] = {"speedup": float(np.median((inc @ w) / (cand @ w))),
                         "aa_spread": float(np.median(np.abs(g1 / g2 - 1.0))), "items": int((w > 0).sum())}
     return Comparison(
-        incumbent=_stats(x, runs[id(incumbent)]),
-        candidate=_stats(y, runs[id(candidate)]),
+        incumbent=_stats(x, runs[0]),
+        candidate=_stats(y, runs[1]),
         aa_spread=aa_spread,
         speedup=float(np.median(ratios)),
         speedup_lo=lo / widen,

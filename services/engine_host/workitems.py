@@ -100,8 +100,18 @@ class Buffers:
             self.shared[a].copy_(self.private[a])
 
     def poison(self, n: int) -> None:
+        """The last write before a call goes out. On a GPU the harness's writes are asynchronous and
+        another process's kernels are ordered after them only by this synchronise (else a kernel could
+        read the old inputs, or have its outputs overwritten by the poison)."""
         for slab in self.outputs:
             slab[:n].fill_(poison_value(slab.dtype))
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def renew(self, n: int) -> None:
+        """New inputs and poisoned outputs for the next n calls."""
+        self.refresh()
+        self.poison(n)
 
     def gather(self, n: int) -> tuple[Tensor, list[Tensor]]:
         """GATHER random positions of every one of the first n outputs, read now."""

@@ -3,7 +3,7 @@
 A candidate with a PASSED verdict is promoted for (slot, model, hardware) when
   1. its benchmark has status 'ok';
   2. speedup_lo > 1: faster than the incumbent it was measured against, with the lower end of the
-     bootstrap interval above 1, i.e. beyond the measured noise;
+     sign-test interval above 1, i.e. beyond the measured noise;
   3. it beats the promotion active for the same (slot, model, hardware), if any:
      - measured directly against that active kernel (incumbent_id == its id): condition 2 already
        says so, and a direct A/B comparison is stronger evidence than two separate measurements;
