@@ -25,6 +25,7 @@ import resource
 import signal
 import struct
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -256,6 +257,34 @@ def family(pid: int, strays: set[int] | None = None) -> list[int]:
         seen.add(p)
         roots.extend(children(p))
     return sorted(seen)
+
+
+def _running_tasks(pid: int) -> int:
+    """Threads of the process still able to run user code (not T, t, D, Z or X); 0 once it is gone."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return 0
+    running = 0
+    for task in tasks:
+        try:
+            state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        running += state not in ("T", "t", "Z", "X", "D")  # D: in the kernel, it stops on its way out
+    return running
+
+
+def wait_stopped(pids: list[int], timeout_s: float = 0.5) -> bool:
+    """Until every thread of every process has taken its SIGSTOP (kill() returns before a running
+    thread on another core has stopped: until then it still runs). False if some had not by timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    pending = list(pids)
+    while pending:
+        pending = [p for p in pending if _running_tasks(p)]
+        if pending and time.monotonic() > deadline:
+            return False
+    return True
 
 
 def signal_all(pid: int, sig: int, strays: set[int] | None = None) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from services.common.log import get_logger
-from services.engine_host.containment import Confinement, children, family, signal_all
+from services.engine_host.containment import Confinement, children, family, signal_all, wait_stopped
 from services.engine_host.procs import Child
 from services.engine_host.protocol import Calls, Exit, SandboxSpec
 from services.engine_host.sandbox import sandbox_main
@@ -152,6 +152,8 @@ class Sandbox:
                 stopped |= fresh
             self._stopped = sorted(stopped)
             self.frozen = True
+            if not wait_stopped(self._stopped):
+                log.warning("a frozen sandbox still had running threads", pids=self._stopped)
 
     def thaw(self) -> None:
         """SIGCONT to exactly what freeze stopped (a stopped family cannot have grown): a few kill()s,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -81,6 +82,38 @@ def test_the_real_data_tier_times_on_captured_and_random_inputs(harness: Harness
         assert any(k.startswith("captured:") for k in out.per_item)
         rate = harness.handle(DecodeRate(2, steps=2, blocks=1))
     assert rate.tok_s > 0 and not rate.graphs
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]  # R, S, T (stopped), ...
+
+
+def test_every_timed_sandbox_is_stopped_while_the_harness_writes_fresh_inputs(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a candidate thread that watched the input buffers could otherwise compute the next answers
+    # before the call it is timed on: both sides of the comparison must be stopped while inputs change
+    from services.engine_host.remote import RemoteRunner
+    from services.engine_host.workitems import Buffers
+
+    timed: list[int] = []  # the sandboxes the two runners time: the live engine and the candidate's
+    seen: list[tuple[str, ...]] = []
+    refresh, runner_init = Buffers.refresh, RemoteRunner.__init__
+
+    def runner(self: RemoteRunner, *args: Any, **kw: Any) -> None:
+        runner_init(self, *args, **kw)
+        timed.append(self.box.child.pid)
+
+    def watched(bufs: Buffers) -> None:
+        seen.append(tuple(_state(pid) for pid in timed))
+        refresh(bufs)
+
+    monkeypatch.setattr(RemoteRunner, "__init__", runner)
+    monkeypatch.setattr(Buffers, "refresh", watched)
+    with torch.inference_mode():
+        out = harness.handle(Benchmark(code("rmsnorm", source("rmsnorm", RMSNORM_FAST)), SHAPES))
+    assert out.status == Status.OK, out
+    assert seen and all(len(states) == 2 for states in seen), seen
+    assert all(states == ("T", "T") for states in seen), [(i, s) for i, s in enumerate(seen) if s != ("T", "T")]
 
 
 @gpu
