@@ -141,6 +141,8 @@ def benchmark(h: Harness, cmd: BenchmarkCmd) -> BenchmarkReport:
         result = compare(incumbent, candidate, items, settings, h.progress)
         phases["timing"] = time.perf_counter() - mark
         phases["timing_in_calls"] = incumbent.in_calls_s + candidate.in_calls_s
+        for step in sorted({*incumbent.spent, *candidate.spent}):
+            phases[f"timing_{step}"] = incumbent.spent.get(step, 0.0) + candidate.spent.get(step, 0.0)
     except CandidateFailed as failed:
         report = BenchmarkReport(failed.status, failed.reason, **base)
     except ChildFailure as failure:

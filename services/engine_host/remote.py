@@ -134,14 +134,23 @@ class RemoteRunner:
         self.bound: dict[str, int] = {}  # item key → generation of the buffers the sandbox holds
         self.rtt: dict[str, float] = {}
         self.in_calls_s = 0.0  # seconds spent inside timed Calls round trips (the rest is the harness's work)
+        self.spent: dict[str, float] = {}  # harness seconds per step of a sample (freeze, renew, switch, check)
+
+    def _spend(self, step: str, since: float) -> float:
+        now = time.perf_counter()
+        self.spent[step] = self.spent.get(step, 0.0) + now - since
+        return now
 
     def _frozen_then_call(self, item: WorkItem, pairs: tuple[tuple[int, int], ...],
                           prepare: Callable[[], None] = lambda: None) -> float:
         """`prepare` (fresh inputs, poisoned outputs) runs while the sandbox is stopped, and the clock
         starts before it is let go: a candidate thread that watched the buffers could otherwise
         compute the next answers before the call it is timed on (work ahead of the clock)."""
+        mark = time.perf_counter()
         self.box.freeze()
+        mark = self._spend("freeze", mark)
         prepare()
+        self._spend("renew", mark)
         return self._call(item, pairs)
 
     def _call(self, item: WorkItem, pairs: tuple[tuple[int, int], ...]) -> float:
@@ -157,8 +166,10 @@ class RemoteRunner:
         return seconds
 
     def _ready(self, item: WorkItem, n: int) -> Buffers:
+        mark = time.perf_counter()
         for rival in self.rivals:  # nothing of the other side runs while this side is timed
             rival.freeze()
+        self._spend("freeze", mark)
         bufs = self.session.bufs(item, n)
         if self.bound.get(item.key) != bufs.generation:
             self.box.call(Bind(item.key, item.op, bufs.sets, bufs.outputs, bufs.expect), self.session.timeout_s)
@@ -182,14 +193,18 @@ class RemoteRunner:
     def block(self, item: Any, calls: int, samples: int, offset: int) -> float:
         bufs = self._ready(item, calls)
         pairs = tuple((i, i) for i in range(calls))
+        mark = time.perf_counter()
         self._call(item, ((offset % bufs.n_sets, offset % bufs.n_sets),))  # absorbs the switch
+        self._spend("switch_call", mark)
         times = []
         for _ in range(samples):
             seconds = self._frozen_then_call(item, pairs, lambda: bufs.renew(calls))
             self.in_calls_s += seconds
+            mark = time.perf_counter()
             idx, gathered = bufs.gather(calls)
             if self.checked:
                 self.session.verify(item, bufs, calls, idx, gathered)
+            self._spend("check", mark)
             times.append(max(seconds - self.rtt[item.key], 1e-9) / calls)
         return float(np.median(times))
 
