@@ -259,6 +259,20 @@ def family(pid: int, strays: set[int] | None = None) -> list[int]:
     return sorted(seen)
 
 
+def forks_so_far() -> int:
+    """Processes and threads created on this machine since boot (/proc/stat `processes`), -1 if unknown:
+    while it stays the same, no process or thread anywhere has been created, so a family once walked
+    is still whole."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            for line in f:
+                if line.startswith(b"processes "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return -1
+
+
 def _running_tasks(pid: int) -> int:
     """Threads of the process still able to run user code (not T, t, D, Z or X); 0 once it is gone."""
     try:
@@ -282,8 +296,10 @@ def wait_stopped(pids: list[int], timeout_s: float = 0.5) -> bool:
     pending = list(pids)
     while pending:
         pending = [p for p in pending if _running_tasks(p)]
-        if pending and time.monotonic() > deadline:
-            return False
+        if pending:
+            if time.monotonic() > deadline:
+                return False
+            os.sched_yield()  # the threads must be scheduled to take the signal: leave them the core
     return True
 
 

@@ -148,6 +148,8 @@ class RemoteRunner:
         compute the next answers before the call it is timed on (work ahead of the clock)."""
         mark = time.perf_counter()
         self.box.freeze()
+        for rival in self.rivals:
+            rival.settle()
         mark = self._spend("freeze", mark)
         prepare()
         self._spend("renew", mark)
@@ -168,7 +170,7 @@ class RemoteRunner:
     def _ready(self, item: WorkItem, n: int) -> Buffers:
         mark = time.perf_counter()
         for rival in self.rivals:  # nothing of the other side runs while this side is timed
-            rival.freeze()
+            rival.freeze(wait=False)  # its stop settles while this side's untimed calls run
         self._spend("freeze", mark)
         bufs = self.session.bufs(item, n)
         if self.bound.get(item.key) != bufs.generation:

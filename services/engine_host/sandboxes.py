@@ -24,7 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from services.common.log import get_logger
-from services.engine_host.containment import Confinement, children, family, signal_all, wait_stopped
+from services.engine_host.containment import (
+    Confinement,
+    children,
+    family,
+    forks_so_far,
+    signal_all,
+    wait_stopped,
+)
 from services.engine_host.procs import Child
 from services.engine_host.protocol import Calls, Exit, SandboxSpec
 from services.engine_host.sandbox import sandbox_main
@@ -116,6 +123,8 @@ class Sandbox:
         self.caches: tuple[Any, ...] = ()  # KV caches the harness allocated for its model (kept alive here)
         self.frozen = False
         self._stopped: list[int] = []
+        self._walked_at = -2  # the fork counter when the family was last walked (never: matches nothing)
+        self._unsettled: int | None = None  # SIGSTOP sent, not yet seen taken: the fork counter then
 
     def launch(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -139,30 +148,63 @@ class Sandbox:
     def alive(self) -> bool:
         return self.child.alive
 
-    def freeze(self) -> None:
-        if not self.frozen and self.child.alive:
-            stopped: set[int] = set()
-            while True:  # until a walk finds nothing new: a process may fork between a walk and its SIGSTOP
-                fresh = set(family(self.child.pid, stray_children()) or [self.child.pid]) - stopped
-                if not fresh:
-                    break
-                for pid in fresh:
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.kill(pid, signal.SIGSTOP)
-                stopped |= fresh
-            self._stopped = sorted(stopped)
-            self.frozen = True
-            if not wait_stopped(self._stopped):
-                log.warning("a frozen sandbox still had running threads", pids=self._stopped)
+    def freeze(self, wait: bool = True) -> None:
+        """Stop it and everything it spawned; with `wait`, return only once every thread has stopped
+        (else `settle()` does that later: the stop then overlaps the caller's own work). The family is
+        walked through /proc again only when something was created on the machine since the last walk
+        (the kernel's fork counter moved): the harness freezes each side once per sample."""
+        if self.frozen or not self.child.alive:
+            if wait:
+                self.settle()
+            return
+        before = forks_so_far()
+        if before >= 0 and before == self._walked_at:
+            self._signal(self._stopped, signal.SIGSTOP)
+            self.frozen, self._unsettled = True, before
+            if wait:
+                self.settle()
+            return
+        self._walk(set())
+
+    def settle(self) -> None:
+        """Until every thread of a family sent SIGSTOP has stopped (after this none is inside a fork, so
+        the fork counter is final); walks again if something was created meanwhile."""
+        if self._unsettled is None:
+            return
+        before, self._unsettled = self._unsettled, None
+        if not wait_stopped(self._stopped):
+            log.warning("a frozen sandbox still had running threads", pids=self._stopped)
+        if forks_so_far() != before:
+            self._walk(set(self._stopped))
+
+    def _walk(self, stopped: set[int]) -> None:
+        """Walk the family through /proc, stopping what is new, until a walk finds nothing new (a
+        process may fork between a walk and its SIGSTOP)."""
+        while True:
+            mark = forks_so_far()
+            fresh = set(family(self.child.pid, stray_children()) or [self.child.pid]) - stopped
+            if not fresh:
+                break
+            self._signal(fresh, signal.SIGSTOP)
+            stopped |= fresh
+            if not wait_stopped(sorted(stopped)):
+                log.warning("a frozen sandbox still had running threads", pids=sorted(stopped))
+        self._walked_at = mark
+        self._stopped = sorted(stopped)
+        self.frozen = True
+
+    @staticmethod
+    def _signal(pids: set[int] | list[int], sig: int) -> None:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
 
     def thaw(self) -> None:
         """SIGCONT to exactly what freeze stopped (a stopped family cannot have grown): a few kill()s,
         no walk of /proc, so a thaw inside a timed window costs microseconds."""
         if self.frozen:
-            for pid in self._stopped:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGCONT)
-            self.frozen = False
+            self._signal(self._stopped, signal.SIGCONT)
+            self.frozen, self._unsettled = False, None
 
     def close(self) -> None:
         """Kill it and whatever it spawned; remove its working directory."""
