@@ -1,7 +1,8 @@
 """Benchmark and RunOp in the harness: work items, the quick check, the timed comparison, the runs.
 
-Both put the candidate in a sandbox of its own and the incumbent in the live engine; references are
-computed here, on the harness's own model, from the harness's private copies of the inputs.
+Both put the candidate in a sandbox of its own, the incumbent in a fresh sandbox of its own (benchmark)
+or the live engine; references are computed here, on the harness's own model, from the harness's
+private copies of the inputs.
 """
 
 from __future__ import annotations
@@ -130,14 +131,19 @@ def benchmark(h: Harness, cmd: BenchmarkCmd) -> BenchmarkReport:
     session = Session(items, reference_for(h, op), h.model, h.device, seed, h.spec.candidate_timeout_s)
     report: BenchmarkReport
     try:
+        rival = h.incumbent_box(op, OPS[op].kind == "region", h.model.max_batch)
+    except Exception:
+        h.release(box)
+        raise
+    try:
         mark = time.perf_counter()
         for item in items:  # quick check before any timing: every captured set, one random set
             session.check(box, item, list(range(len(item.bases))) if item.key.startswith("captured:") else [0])
             h.progress(f"checked {item.key}")  # a slow first call (torch.compile) is not a hang
         phases["check_incl_jit"] = time.perf_counter() - mark
         mark = time.perf_counter()
-        incumbent = RemoteRunner(session, h.live, checked=False, rivals=(box,))
-        candidate = RemoteRunner(session, box, checked=True, rivals=(h.live,))
+        incumbent = RemoteRunner(session, rival, checked=False, rivals=(box,))
+        candidate = RemoteRunner(session, box, checked=True, rivals=(rival,))
         result = compare(incumbent, candidate, items, settings, h.progress)
         phases["timing"] = time.perf_counter() - mark
         phases["timing_in_calls"] = incumbent.in_calls_s + candidate.in_calls_s
@@ -146,11 +152,10 @@ def benchmark(h: Harness, cmd: BenchmarkCmd) -> BenchmarkReport:
     except CandidateFailed as failed:
         report = BenchmarkReport(failed.status, failed.reason, **base)
     except ChildFailure as failure:
-        if not h.live.alive:  # the incumbent's engine failed: not the candidate's doing
-            h.live.thaw()
+        if not rival.alive:  # the incumbent's sandbox failed: not the candidate's doing
             h.release(box)
-            h.restart_live()
-            raise RuntimeError(f"the live engine failed while timing the incumbent: {failure.reason}") from failure
+            rival.close()
+            raise RuntimeError(f"the incumbent's sandbox failed while timing it: {failure.reason}") from failure
         report = BenchmarkReport(failure.status, f"{failure.reason}; sandbox discarded", **base)
     else:
         report = BenchmarkReport(
@@ -159,8 +164,7 @@ def benchmark(h: Harness, cmd: BenchmarkCmd) -> BenchmarkReport:
             speedup_hi=result.speedup_hi, per_item=result.per_item, per_group=result.per_group,
             checked_calls=session.checked, timed_calls=session.timed, phases=phases)
     finally:
-        h.live.thaw()
-        session.release([h.live])
+        rival.close()
     mark = time.perf_counter()
     why = h.release(box)
     phases["release"] = time.perf_counter() - mark

@@ -181,6 +181,22 @@ class Harness:
         self.recent = (cand.candidate_id, box)
         return box, report
 
+    def incumbent_box(self, op: str, with_model: bool, max_batch: int) -> Sandbox:
+        """A fresh pooled sandbox holding what the live engine serves for `op` (its promoted kernel, or
+        the reference): the incumbent is timed in a process with the same history as the candidate's.
+        The long-lived live engine is not exchangeable with a fresh sandbox: under CPU contention the
+        scheduler treated it differently, and an A/A pair came out 1.46x "faster" beyond the interval."""
+        box = self.pool.take("incumbent")
+        if with_model:  # the live engine's weights, which no candidate's sandbox ever sees
+            self.attach(box, self.live_weights, max_batch, graphs=False)
+        if op in self.installed:
+            report: SwapReport = box.call(Load((self.installed[op],)), self.live_timeout)
+            if report.status != Status.OK:
+                box.close()
+                raise RuntimeError(f"the installed {op} kernel no longer loads: {report.error}")
+            box.jit_pending = report.backend in ("triton", "compile")
+        return box
+
     def _start_live(self) -> Sandbox:
         box = self.pool.spawn("live")
         self.attach(box, self.live_weights, self.model.max_batch, self.spec.graphs)
