@@ -26,6 +26,7 @@ import signal
 import struct
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -303,7 +304,11 @@ def wait_stopped(pids: list[int], timeout_s: float = 0.5) -> bool:
     return True
 
 
-def signal_all(pid: int, sig: int, strays: set[int] | None = None) -> None:
-    for p in family(pid, strays) or [pid]:
+def signal_pids(pids: Iterable[int], sig: int) -> None:
+    for p in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(p, sig)
+
+
+def signal_all(pid: int, sig: int, strays: set[int] | None = None) -> None:
+    signal_pids(family(pid, strays) or [pid], sig)

@@ -153,8 +153,7 @@ def benchmark(h: Harness, cmd: BenchmarkCmd) -> BenchmarkReport:
         report = BenchmarkReport(failed.status, failed.reason, **base)
     except ChildFailure as failure:
         if not rival.alive:  # the incumbent's sandbox failed: not the candidate's doing
-            h.release(box)
-            rival.close()
+            h.release(box)  # the rival is closed below
             raise RuntimeError(f"the incumbent's sandbox failed while timing it: {failure.reason}") from failure
         report = BenchmarkReport(failure.status, f"{failure.reason}; sandbox discarded", **base)
     else:

@@ -23,7 +23,7 @@ from services.common.slot_specs import OPS
 from services.common.tensors import compare_all, same_bits
 from services.engine_host.capture import restore_caches
 from services.engine_host.models.llama import Transformer
-from services.engine_host.protocol import Bind, Calls, CallsDone, OutputMeta, RestoreCaches, Status, Unbind
+from services.engine_host.protocol import Bind, Calls, CallsDone, OutputMeta, RestoreCaches, Status
 from services.engine_host.sandboxes import Sandbox
 from services.engine_host.workitems import Buffers, WorkItem, is_poison
 
@@ -118,16 +118,6 @@ class Session:
         if not bufs.inputs_intact(rows):
             raise CandidateFailed(Status.WRONG_OUTPUT, f"on {item.key}: the kernel wrote into its inputs")
 
-    def release(self, boxes: list[Sandbox]) -> None:
-        for box in boxes:
-            if box.alive:
-                for key in self.buffers:
-                    try:
-                        box.call(Unbind(key), self.timeout_s)
-                    except Exception:
-                        break
-
-
 class RemoteRunner:
     def __init__(self, session: Session, box: Sandbox, checked: bool, rivals: tuple[Sandbox, ...] = ()) -> None:
         self.session, self.box, self.checked, self.rivals = session, box, checked, rivals
@@ -192,23 +182,20 @@ class RemoteRunner:
     def overhead_s(self, item: Any) -> float:
         return self.rtt.get(item.key, 0.0)
 
-    def block(self, item: Any, calls: int, samples: int, offset: int) -> float:
+    def sample(self, item: Any, calls: int, offset: int) -> float:
         bufs = self._ready(item, calls)
         pairs = tuple((i, i) for i in range(calls))
         mark = time.perf_counter()
         self._call(item, ((offset % bufs.n_sets, offset % bufs.n_sets),))  # absorbs the switch
         self._spend("switch_call", mark)
-        times = []
-        for _ in range(samples):
-            seconds = self._frozen_then_call(item, pairs, lambda: bufs.renew(calls))
-            self.in_calls_s += seconds
-            mark = time.perf_counter()
-            idx, gathered = bufs.gather(calls)
-            if self.checked:
-                self.session.verify(item, bufs, calls, idx, gathered)
-            self._spend("check", mark)
-            times.append(max(seconds - self.rtt[item.key], 1e-9) / calls)
-        return float(np.median(times))
+        seconds = self._frozen_then_call(item, pairs, lambda: bufs.renew(calls))
+        self.in_calls_s += seconds
+        mark = time.perf_counter()
+        idx, gathered = bufs.gather(calls)
+        if self.checked:
+            self.session.verify(item, bufs, calls, idx, gathered)
+        self._spend("check", mark)
+        return max(seconds - self.rtt[item.key], 1e-9) / calls
 
 
 def is_region(op: str) -> bool:

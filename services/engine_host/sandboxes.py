@@ -30,6 +30,7 @@ from services.engine_host.containment import (
     family,
     forks_so_far,
     signal_all,
+    signal_pids,
     wait_stopped,
 )
 from services.engine_host.procs import Child
@@ -159,7 +160,7 @@ class Sandbox:
             return
         before = forks_so_far()
         if before >= 0 and before == self._walked_at:
-            self._signal(self._stopped, signal.SIGSTOP)
+            signal_pids(self._stopped, signal.SIGSTOP)
             self.frozen, self._unsettled = True, before
             if wait:
                 self.settle()
@@ -185,7 +186,7 @@ class Sandbox:
             fresh = set(family(self.child.pid, stray_children()) or [self.child.pid]) - stopped
             if not fresh:
                 break
-            self._signal(fresh, signal.SIGSTOP)
+            signal_pids(fresh, signal.SIGSTOP)
             stopped |= fresh
             if not wait_stopped(sorted(stopped)):
                 log.warning("a frozen sandbox still had running threads", pids=sorted(stopped))
@@ -193,17 +194,11 @@ class Sandbox:
         self._stopped = sorted(stopped)
         self.frozen = True
 
-    @staticmethod
-    def _signal(pids: set[int] | list[int], sig: int) -> None:
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, sig)
-
     def thaw(self) -> None:
         """SIGCONT to exactly what freeze stopped (a stopped family cannot have grown): a few kill()s,
         no walk of /proc, so a thaw inside a timed window costs microseconds."""
         if self.frozen:
-            self._signal(self._stopped, signal.SIGCONT)
+            signal_pids(self._stopped, signal.SIGCONT)
             self.frozen, self._unsettled = False, None
 
     def close(self) -> None:

@@ -28,8 +28,8 @@ class Runner(Protocol):
         """Warm up on the item, then seconds one call takes."""
         ...
 
-    def block(self, item: Item, calls: int, samples: int, offset: int) -> float:
-        """Median seconds per call over `samples` samples of `calls` calls each."""
+    def sample(self, item: Item, calls: int, offset: int) -> float:
+        """Seconds per call over one sample of `calls` calls (`offset` picks where it starts)."""
         ...
 
     def overhead_s(self, item: Item) -> float:
@@ -48,7 +48,7 @@ class Item:
 @dataclass(frozen=True)
 class Settings:
     rounds: int = 10
-    samples: int = 5  # timed samples per block (a block = one fn on one item in one round)
+    samples: int = 5  # timed samples per side for each item in each round (the sides alternate sample by sample)
     target_sample_s: float = 2e-3  # calls per sample are batched until a sample lasts about this long
     max_inner: int = 200
     warmup_calls: int = 3
@@ -145,7 +145,7 @@ def compare(
             for k in range(samples):
                 first = (r + k) % 2
                 for side in (first, 1 - first):
-                    t[r, j, k, side] = sides[side].block(item, n, 1, r * 7 + j + k)
+                    t[r, j, k, side] = sides[side].sample(item, n, r * 7 + j + k)
                     runs[side] += n
             progress(f"round {r + 1}/{rounds} {item.key}")  # keeps the host's hang timer honest
     per_round = np.median(t, axis=2)  # [round, item, side]
@@ -154,7 +154,8 @@ def compare(
     ratios = x / y
     # A/A: the incumbent against itself (its even samples against its odd ones), both as the relative
     # difference of the two medians and as the typical per-round difference; a noise floor on top
-    a1, a2 = np.median(t[:, :, 0::2, 0], axis=2) @ weights, np.median(t[:, :, 1::2, 0], axis=2) @ weights
+    aa_even, aa_odd = np.median(t[:, :, 0::2, 0], axis=2), np.median(t[:, :, 1::2, 0], axis=2)  # [round, item]
+    a1, a2 = aa_even @ weights, aa_odd @ weights
     aa_spread = max(abs(float(np.median(a1)) / float(np.median(a2)) - 1.0), float(np.median(np.abs(a1 / a2 - 1.0))))
     widen = 1.0 + max(aa_spread, s.noise_floor)
     lo, hi = median_interval(ratios)
@@ -162,8 +163,7 @@ def compare(
     per_group: dict[str, dict[str, float]] = {}
     for g in sorted({group_of(it.key) for it in items}):
         w = np.array([it.weight if group_of(it.key) == g else 0.0 for it in items])
-        g1 = np.median(t[:, :, 0::2, 0], axis=2) @ w
-        g2 = np.median(t[:, :, 1::2, 0], axis=2) @ w
+        g1, g2 = aa_even @ w, aa_odd @ w
         per_group[g] = {"speedup": float(np.median((inc @ w) / (cand @ w))),
                         "aa_spread": float(np.median(np.abs(g1 / g2 - 1.0))), "items": int((w > 0).sum())}
     return Comparison(

@@ -13,13 +13,10 @@ from services.common.log import get_logger
 log = get_logger("engine_host.warmup")
 
 
-def warm_device(device: torch.device) -> float:
-    """Seconds spent; nothing on a CPU (candidates' Triton kernels run interpreted there)."""
+def warm_device(device: torch.device) -> None:
+    """Nothing on a CPU (candidates' Triton kernels run interpreted there)."""
     if device.type != "cuda":
-        return 0.0
-    import time
-
-    began = time.perf_counter()
+        return
     x = torch.ones(64, 64, device=device, dtype=torch.bfloat16)
     (x @ x).sum().item()  # cuBLAS handle and workspace
     try:
@@ -27,7 +24,6 @@ def warm_device(device: torch.device) -> float:
     except Exception as exc:  # the candidate then simply pays the start-up itself
         log.warning("triton warm-up failed", error=str(exc)[-500:])
     torch.cuda.synchronize(device)
-    return time.perf_counter() - began
 
 
 def _triton_once(device: torch.device) -> None:

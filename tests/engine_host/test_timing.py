@@ -37,8 +37,8 @@ class SimRunner:
     def overhead_s(self, item: Item) -> float:
         return 0.0
 
-    def block(self, item: Item, calls: int, samples: int, offset: int) -> float:
-        return float(np.median([self.seconds * self.clock.tick() for _ in range(samples)]))
+    def sample(self, item: Item, calls: int, offset: int) -> float:
+        return self.seconds * self.clock.tick()
 
 
 ITEMS = [Item("decode:1x64:rmsnorm", 0.6), Item("decode:4x96:rmsnorm", 0.4)]
