@@ -60,6 +60,7 @@ PROMPT = int(PROFILE["conv"]["prompt_quantiles"]["0.5"])  # median chat prompt (
 GEN = 128
 MAX_SEQ = PROMPT + GEN + 4
 SLOT = "rmsnorm"
+SLOW_START_NEED_S = 90  # the big model's slow-tier start and hot swaps
 
 
 class Bench:
@@ -79,6 +80,7 @@ class Bench:
         self.relax: tuple[str, ...] = ()  # containment measures this device does not tolerate
         self.relax_given = False  # --relax: known from an earlier probe of this device kind
         self.only: tuple[str, ...] = ()  # section name prefixes to run (empty: all)
+        self.big = "llama-3.2-1b" if smoke else "llama-3.1-8b"  # the smoke run uses the 1B model throughout
         self.stream = 4 if smoke else 60  # fast-tier candidates in the throughput stream
         self.rank_rounds = 6 if smoke else 20  # timing rounds of each rank candidate on each tier
 
@@ -92,8 +94,11 @@ class Bench:
         self.res["meta"]["elapsed_s"] = round(time.perf_counter() - self.began, 1)
         (self.out / "engine-h200.json").write_text(json.dumps(self.res, indent=1, default=str))
 
+    def selected(self, name: str) -> bool:
+        return not self.only or name.startswith(self.only)
+
     def section(self, name: str, fn: Any, need_s: float) -> None:
-        if self.only and not name.startswith(self.only):
+        if not self.selected(name):
             return
         if self.left() < need_s:
             self.res["errors"][name] = f"skipped: {self.left():.0f} s left, needs ~{need_s:.0f}"
@@ -222,7 +227,7 @@ LOOP = asyncio.new_event_loop()
 def fast_spec(b: Bench) -> HarnessSpec:
     return HarnessSpec(tier="fast", model="llama-3.2-1b", n_layers=2, seed=0, device="cuda",
                        data_dir=str(b.tmp / "host"), max_batch=64, max_seq=MAX_SEQ, max_tokens=8192, rounds=6,
-                       samples=3, target_sample_s=1e-3, noise_floor=0.01, input_sets=3, sandbox_pool=4,
+                       samples=2, target_sample_s=1e-3, noise_floor=0.01, input_sets=3, sandbox_pool=4,
                        sandbox_relax=b.relax, candidate_timeout_s=15.0, jit_timeout_s=30.0)
 
 
@@ -454,10 +459,12 @@ def slow_tier(b: Bench) -> None:
     b.m("llama-3.2-1b.slow_tier_cold_start_s", round(time.perf_counter() - t, 2))
     b.res["slow_tier_start_stages"] = tier.info.start_stages if tier.info else {}
     rows: list[dict[str, Any]] = []
+    # the region candidate below needs ~15 s; the big model's slow-tier start after this section ~90
+    reserve_s = 40 + (SLOW_START_NEED_S if b.selected(f"slow_tier_start.{b.big}") else 0)
     try:
         base = run_loop(tier.call(DecodeRate(64, steps=30, blocks=3), 300.0))
         for name, src in rank_candidates()[: 5 if b.smoke else None]:
-            if b.left() < 170:
+            if b.left() < reserve_s:
                 break
             # each candidate on the fast tier right before the slow one: minutes apart, the GPU's clocks
             # and the other tier's state can move a latency-bound kernel's ratio by 20 %
@@ -746,7 +753,7 @@ def main() -> None:
     b.section("env", lambda: env(b), 5)
     b.section("containment", lambda: containment(b), 30)
     b.section("fast_tier", lambda: fast_tier(b), 60)
-    big = "llama-3.2-1b" if a.smoke else "llama-3.1-8b"
+    big = b.big
     b.section(f"decode.{big}", lambda: decode(b, big), 40)
     b.section("hot_swap_inprocess", lambda: hot_swap(b, big), 15)
     if not a.smoke:
@@ -755,7 +762,7 @@ def main() -> None:
     if b.tiers.get("fast") and b.tiers["fast"].alive:
         run_loop(b.tiers["fast"].stop())
     b.section("region_swap", lambda: region_swap(b), 15)
-    b.section(f"slow_tier_start.{big}", lambda: slow_8b(b, big), 90)
+    b.section(f"slow_tier_start.{big}", lambda: slow_8b(b, big), SLOW_START_NEED_S)
     for name, batch in (("llama-3.2-1b", 1), ("llama-3.2-1b", 64), ("llama-3.1-8b", 1), ("llama-3.1-8b", 64)):
         if name in b.models and not (a.smoke and batch == 64):
             b.section(f"compile.{name}.bs{batch}", lambda n=name, bs=batch: compile_baseline(b, n, bs),

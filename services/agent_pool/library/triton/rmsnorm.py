@@ -40,7 +40,9 @@ def _check_params() -> None:
 _check_params()
 
 
-@triton.jit
+# n_rows is not specialised (Triton would compile again for 1 and for multiples of 16): one compile
+# serves decode at every batch and prefill
+@triton.jit(do_not_specialize=["n_rows"])
 def _rmsnorm_fwd(
     X, W, Y, stride_x, stride_y, n_rows, n_cols, eps,
     ROWS: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, STAGES: tl.constexpr,
