@@ -274,6 +274,21 @@ def forks_so_far() -> int:
     return -1
 
 
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids: Iterable[int]) -> float:
+    """CPU time (user + system, of every thread, and of the reaped children) the processes have used."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime (fields 14-17)
+        except (OSError, IndexError, ValueError):
+            continue  # gone: a parent in the family that reaped it has its time in cutime
+    return total * _TICK_S
+
+
 def _running_tasks(pid: int) -> int:
     """Threads of the process still able to run user code (not T, t, D, Z or X); 0 once it is gone."""
     try:

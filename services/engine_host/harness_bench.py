@@ -36,7 +36,7 @@ from services.engine_host.protocol import (
     TimingStats,
     Unbind,
 )
-from services.engine_host.remote import CandidateFailed, RemoteRunner, Session, as_outputs
+from services.engine_host.remote import CandidateFailed, CoreShare, RemoteRunner, Session, as_outputs
 from services.engine_host.slots import REFERENCE_ID, REFERENCES
 from services.engine_host.timing import compare
 from services.engine_host.workitems import WorkItem
@@ -146,7 +146,9 @@ def benchmark(h: Harness, cmd: BenchmarkCmd) -> BenchmarkReport:
         mark = time.perf_counter()
         incumbent = RemoteRunner(session, rival, checked=False, rivals=(box,))
         candidate = RemoteRunner(session, box, checked=True, rivals=(rival,))
+        share = CoreShare(box, h.spec.threads)
         result = compare(incumbent, candidate, items, settings, h.progress)
+        share.check()
         phases["timing"] = time.perf_counter() - mark
         phases["timing_in_calls"] = incumbent.in_calls_s + candidate.in_calls_s
         for step in sorted({*incumbent.spent, *candidate.spent}):

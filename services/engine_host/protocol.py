@@ -28,7 +28,7 @@ class Status(StrEnum):
     RAISED = "RAISED"  # the kernel raised
     CRASHED = "CRASHED"  # its process died (segfault, device fault, exit)
     TIMEOUT = "TIMEOUT"  # no answer within the per-candidate timeout: killed
-    WRONG_OUTPUT = "WRONG_OUTPUT"  # an output failed the harness's checks (values, contract, written late)
+    WRONG_OUTPUT = "WRONG_OUTPUT"  # failed the harness's checks (values, contract, written late, cores used)
 
 
 class InputSource(StrEnum):

@@ -118,6 +118,28 @@ class Session:
         if not bufs.inputs_intact(rows):
             raise CandidateFailed(Status.WRONG_OUTPUT, f"on {item.key}: the kernel wrote into its inputs")
 
+CORE_SHARE_MARGIN = 1.25  # CPU seconds per second of its calls beyond `threads` cores that fail it
+CORE_SHARE_SLACK_S = 0.05  # /proc counts CPU time in clock ticks (10 ms) per process
+
+
+class CoreShare:
+    """The CPU a sandbox used while it was timed, against what its `threads` cores give in the time the
+    harness waited on its calls. More means work on further cores (threads or processes the candidate
+    started, an affinity it widened): a speedup its share of the machine does not give, or cores taken
+    from the side timed while it waits."""
+
+    def __init__(self, box: Sandbox, threads: int) -> None:
+        self.box, self.threads = box, threads
+        self.cpu0, self.calls0 = box.cpu_s(), box.call_s
+
+    def check(self) -> None:
+        used, waited = self.box.cpu_s() - self.cpu0, self.box.call_s - self.calls0
+        allowed = self.threads * waited * CORE_SHARE_MARGIN + CORE_SHARE_SLACK_S
+        if used > allowed:
+            raise CandidateFailed(Status.WRONG_OUTPUT, f"used {used:.2f} s of CPU in {waited:.2f} s of calls while "
+                                  f"timed ({used / max(waited, 1e-9):.1f} cores; its sandbox has {self.threads})")
+
+
 class RemoteRunner:
     def __init__(self, session: Session, box: Sandbox, checked: bool, rivals: tuple[Sandbox, ...] = ()) -> None:
         self.session, self.box, self.checked, self.rivals = session, box, checked, rivals

@@ -17,6 +17,7 @@ import shutil
 import signal
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, replace
 from multiprocessing import forkserver, resource_tracker
 from multiprocessing import util as mp_util
@@ -27,6 +28,7 @@ from services.common.log import get_logger
 from services.engine_host.containment import (
     Confinement,
     children,
+    cpu_seconds,
     family,
     forks_so_far,
     signal_all,
@@ -126,6 +128,7 @@ class Sandbox:
         self._stopped: list[int] = []
         self._walked_at = -2  # the fork counter when the family was last walked (never: matches nothing)
         self._unsettled: int | None = None  # SIGSTOP sent, not yet seen taken: the fork counter then
+        self.call_s = 0.0  # wall seconds the harness has waited on its answers
 
     def launch(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -143,7 +146,15 @@ class Sandbox:
             # once; the backend is the candidate's own word, so lying only changes how long its hang lasts
             self.jit_pending = False
             timeout_s = max(timeout_s, self.jit_timeout_s)
-        return self.child.call(command, timeout_s)
+        began = time.perf_counter()
+        try:
+            return self.child.call(command, timeout_s)
+        finally:
+            self.call_s += time.perf_counter() - began
+
+    def cpu_s(self) -> float:
+        """CPU seconds it and everything it spawned have used so far."""
+        return cpu_seconds(family(self.child.pid, stray_children()) or [self.child.pid])
 
     @property
     def alive(self) -> bool:
