@@ -79,7 +79,8 @@ def _recorded(h: Harness, op: str, shapes: list[Shape], captured: bool) -> list[
     total = sum(store.weights.get(k, 1.0) for k in per_shape) or 1.0
     prefix = "captured:" if captured else ""
     return [WorkItem(f"{prefix}{shape_key}:{op}:{i}", store.weights.get(shape_key, 1.0) / total / per_shape[shape_key],
-                     op=op, bases=[c.args for c in sets], caches=sets[0].caches, vocab=h.args.vocab_size)
+                     op=op, bases=[c.args for c in sets], caches=sets[0].caches, vocab=h.args.vocab_size,
+                     graphed=shape_key.startswith("decode:"))
             for i, ((shape_key, _), sets) in enumerate(groups.items())]
 
 
@@ -92,7 +93,7 @@ def _random(h: Harness, op: str, shapes: list[Shape], seed: int) -> list[WorkIte
         per_set = [call_sites(op, shape, h.args, gen) for _ in range(max(h.spec.input_sets, 1))]
         for j, site in enumerate(per_set[0]):
             items.append(WorkItem(f"{shape.key}:{site.name}", shape.weight / total * site.count, op=op,
-                                  bases=[sites[j].args for sites in per_set]))
+                                  bases=[sites[j].args for sites in per_set], graphed=shape.phase == "decode"))
     return items
 
 

@@ -310,6 +310,9 @@ class Bind:
     inputs: tuple[tuple[Any, ...], ...]
     outputs: tuple[Any, ...]  # one slab [n_slots, *shape] per op output
     expect: tuple[OutputMeta, ...]
+    # decode items on a GPU: a sequence of calls runs as one CUDA graph, as decode steps run in the live
+    # engine (timing them eagerly would measure Python and launch overhead that production never pays)
+    graphed: bool = False
 
 
 @dataclass(frozen=True)

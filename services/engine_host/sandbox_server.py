@@ -3,8 +3,9 @@
 Calls run `kernel(*inputs[i])` (a region: `kernel(module, *inputs[i])` on the sandbox's own model,
 whose weights are a copy only sandboxes see and whose KV caches the harness owns), check the output
 contract, copy each output into the harness's slab at the named slot and, on a GPU, synchronise
-before answering. Nothing here is trusted: the harness checks everything it reads, and a candidate
-that rewrites this code only changes what its own outputs look like.
+before answering. A decode item's call sequence runs eagerly once, then as a CUDA graph captured
+from the same calls, as the live engine runs decode steps. Nothing here is trusted: the harness checks
+everything it reads, and a candidate that rewrites this code only changes what its own outputs look like.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ from services.engine_host.protocol import (
     Unbind,
 )
 
+GRAPHED_MIN_CALLS = 4  # shorter runs of a graphed item (a switch call) stay eager: they are never timed
+GRAPHS_PER_ITEM = 16  # one per distinct call sequence the harness sends (check, calibration, sample)
+
 
 def contract_violation(out: Any, meta: OutputMeta, device: torch.device) -> str:
     """'' when `out` is what the op must return; the type is checked before anything else is touched
@@ -73,6 +77,8 @@ class SandboxServer:
         self.model: Transformer | None = None
         self.graphs: DecodeGraphs | None = None
         self.items: dict[str, Bind] = {}
+        self.graphs_of: dict[str, dict[tuple[tuple[int, int], ...], torch.cuda.CUDAGraph]] = {}  # item → calls → graph
+        self.warmed: set[str] = set()  # graphed items that ran eagerly once
         self.kernels_dir = Path.cwd() / "kernels"
         self.seed = 0
 
@@ -142,9 +148,13 @@ class SandboxServer:
         inputs = tuple(tuple(nn.Parameter(a, requires_grad=False) if j in weights and isinstance(a, Tensor) else a
                              for j, a in enumerate(args)) for args in cmd.inputs)
         self.items[cmd.item] = replace(cmd, inputs=inputs)
+        self.graphs_of.pop(cmd.item, None)  # captured on the old buffers: a replay would write there
+        self.warmed.discard(cmd.item)
 
     def unbind(self, cmd: Unbind) -> None:
         self.items.pop(cmd.item, None)
+        self.graphs_of.pop(cmd.item, None)
+        self.warmed.discard(cmd.item)
 
     def calls(self, cmd: Calls) -> CallsDone:
         item = self.items.get(cmd.item)
@@ -157,7 +167,36 @@ class SandboxServer:
 
             def fn(*args: Any) -> Any:
                 return region_fn(module, *args)
-        for i, slot in cmd.calls:
+        graph_it = item.graphed and self.device.type == "cuda" and len(cmd.calls) >= GRAPHED_MIN_CALLS
+        if not graph_it or cmd.item not in self.warmed:  # eager first: JIT, autotuning, library handles
+            done = self._run(fn, item, cmd.calls)
+            if cmd.calls and not (done.error or done.contract):
+                self.warmed.add(cmd.item)
+            return done
+        graphs = self.graphs_of.setdefault(cmd.item, {})
+        graph = graphs.get(cmd.calls)
+        if graph is None:
+            graph = torch.cuda.CUDAGraph()
+            try:
+                with torch.cuda.graph(graph):
+                    done = self._run(fn, item, cmd.calls, sync=False)
+            except BaseException as exc:
+                return CallsDone(error="cannot be captured in a CUDA graph, which decode steps run in: "
+                                 + error_line(exc))
+            if done.error:
+                return CallsDone(error=f"while captured in a CUDA graph (decode steps run in one): {done.error}")
+            if done.contract:
+                return done
+            if len(graphs) >= GRAPHS_PER_ITEM:
+                graphs.pop(next(iter(graphs)))
+            graphs[cmd.calls] = graph
+        graph.replay()
+        torch.cuda.synchronize(self.device)
+        return CallsDone()
+
+    def _run(self, fn: Callable[..., Any], item: Bind, calls: tuple[tuple[int, int], ...],
+             sync: bool = True) -> CallsDone:
+        for i, slot in calls:
             try:
                 out = fn(*item.inputs[i])
             except BaseException as exc:  # SystemExit from a kernel is still the kernel raising
@@ -170,7 +209,7 @@ class SandboxServer:
                 if why:
                     return CallsDone(contract=why)
                 slab[slot].copy_(o)
-        if self.device.type == "cuda":
+        if sync and self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return CallsDone()
 

@@ -34,6 +34,7 @@ class WorkItem(Item):
     bases: list[tuple[Any, ...]] = field(default_factory=list)  # private: never shared
     caches: CacheState = ()  # the KV state the op reads (regions), restored before its calls
     vocab: int = 0  # integer fresh arguments (token ids) are redrawn below this
+    graphed: bool = False  # a decode item: its calls run as CUDA graphs on a GPU (Bind.graphed)
 
 
 def poison_value(dtype: torch.dtype) -> float | int:
