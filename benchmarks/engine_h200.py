@@ -486,7 +486,8 @@ def slow_tier(b: Bench) -> None:
                          "slow_captured": groups.get("captured", {}).get("speedup"),
                          "slow_random": groups.get("random", {}).get("speedup"), "checked_calls": out.checked_calls,
                          "e2e_bs64_tok_s": e2e and e2e.tok_s, "e2e_recaptured": e2e and e2e.recaptured,
-                         "slow_bench_s": round(bench_s, 3), "slow_s": round(time.perf_counter() - t, 3)})
+                         "slow_bench_s": round(bench_s, 3), "slow_s": round(time.perf_counter() - t, 3),
+                         "slow_phases": out.phases, "slow_timed_calls": out.timed_calls})
             print(f"  slow {name:44s} {out.status} {out.speedup:.3f} e2e {e2e and round(e2e.tok_s)}", flush=True)
             b.res["slow_tier_runs"] = rows
             b.save()

@@ -79,6 +79,7 @@ class SandboxServer:
         self.items: dict[str, Bind] = {}
         self.graphs_of: dict[str, dict[tuple[tuple[int, int], ...], torch.cuda.CUDAGraph]] = {}  # item → calls → graph
         self.warmed: set[str] = set()  # graphed items that ran eagerly once
+        self.capture_stream: torch.cuda.Stream | None = None
         self.kernels_dir = Path.cwd() / "kernels"
         self.seed = 0
 
@@ -178,8 +179,7 @@ class SandboxServer:
         if graph is None:
             graph = torch.cuda.CUDAGraph()
             try:
-                with torch.cuda.graph(graph):
-                    done = self._run(fn, item, cmd.calls, sync=False)
+                done = self._capture(graph, lambda: self._run(fn, item, cmd.calls, sync=False))
             except BaseException as exc:
                 return CallsDone(error="cannot be captured in a CUDA graph, which decode steps run in: "
                                  + error_line(exc))
@@ -193,6 +193,21 @@ class SandboxServer:
         graph.replay()
         torch.cuda.synchronize(self.device)
         return CallsDone()
+
+    def _capture(self, graph: torch.cuda.CUDAGraph, body: Callable[[], CallsDone]) -> CallsDone:
+        """torch.cuda.graph without its empty_cache per capture (a dozen captures per candidate would
+        hand the allocator's blocks back and malloc them again each time)."""
+        if self.capture_stream is None:
+            self.capture_stream = torch.cuda.Stream(self.device)
+        self.capture_stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self.capture_stream):
+            graph.capture_begin()
+            try:
+                done = body()
+            finally:
+                graph.capture_end()
+        torch.cuda.current_stream(self.device).wait_stream(self.capture_stream)
+        return done
 
     def _run(self, fn: Callable[..., Any], item: Bind, calls: tuple[tuple[int, int], ...],
              sync: bool = True) -> CallsDone:

@@ -34,6 +34,7 @@ from services.engine_host.protocol import (
 )
 from services.engine_host.slots import REFERENCES
 from tests.engine_host.candidates import RMSNORM_FAST, source
+from tests.helpers import sandbox_relax
 
 gpu = pytest.mark.gpu
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -48,7 +49,8 @@ def code(op: str, src: str) -> CandidateCode:
 def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
     device, kw = getattr(request, "param", ("cpu", {}))
     spec = HarnessSpec(tier="slow", model="llama-tiny", n_layers=None, seed=1, device=device, data_dir=str(tmp_path),
-                       max_batch=4, rounds=2, samples=2, target_sample_s=1e-4, capture_shapes=SHAPES, **kw)
+                       max_batch=4, rounds=2, samples=2, target_sample_s=1e-4, capture_shapes=SHAPES,
+                       sandbox_relax=sandbox_relax(), **kw)
     with torch.inference_mode():
         h = Harness(spec, lambda _: None)
     try:

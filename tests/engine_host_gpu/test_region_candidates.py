@@ -27,6 +27,7 @@ from services.engine_host.protocol import (
     RunOp,
     Status,
 )
+from tests.helpers import sandbox_relax
 
 FUSED_MLP = textwrap.dedent('''
     import torch
@@ -47,7 +48,8 @@ SHAPES = (Shape("decode", 2, 24, 0.6), Shape("prefill", 1, 16, 0.4))
 
 def _harness(tmp_path: Path, device: str = "cpu") -> Harness:
     spec = HarnessSpec(tier="fast", model="llama-tiny", n_layers=2, seed=1, device=device, data_dir=str(tmp_path),
-                       max_batch=4, max_seq=64, rounds=2, samples=2, target_sample_s=1e-4)
+                       max_batch=4, max_seq=64, rounds=2, samples=2, target_sample_s=1e-4,
+                       sandbox_relax=sandbox_relax())
     with torch.inference_mode():
         return Harness(spec, lambda _msg: None)
 
