@@ -187,6 +187,11 @@ def rank_candidates() -> list[tuple[str, str]]:
     # deliberately poor: float64 arithmetic, two extra casts over the whole tensor
     out.append(("torch float64 (deliberately poor)", reference_source(SLOT).replace("torch.float32", "torch.float64")
                 .replace(".float()", ".double()")))
+    # graded poor: the reference plus k extra elementwise passes (k more launches, k more trips over the
+    # rows), so the set has speeds between the clusters of near-equal configs, which only noise can order
+    for k in (3, 8):
+        out.append((f"torch +{k} passes (graded poor)", reference_source(SLOT).replace(
+            "    xf = x.float()\n", f"    xf = x.float()\n    for _ in range({k}):\n        xf = xf + 0.0\n")))
     # from both ends of the list inwards, so a run cut short by its budget still spans poor to good
     # (five near-equal Triton configs rank by noise alone)
     return [out[i // 2] if i % 2 == 0 else out[-1 - i // 2] for i in range(len(out))]

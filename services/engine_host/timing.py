@@ -29,11 +29,11 @@ class Runner(Protocol):
         ...
 
     def sample(self, item: Item, calls: int, offset: int) -> float:
-        """Seconds per call over one sample of `calls` calls (`offset` picks where it starts)."""
+        """Seconds one sample of `calls` calls took, fixed overhead included (`offset` picks where it starts)."""
         ...
 
     def overhead_s(self, item: Item) -> float:
-        """Fixed cost of one sample that is not the op (a round trip to another process)."""
+        """Fixed cost of one sample that is not the op (a round trip to another process), as measured."""
         ...
 
 
@@ -83,11 +83,18 @@ def group_of(key: str) -> str:
 OVERHEAD_SHARE = 25  # a sample lasts at least this many times its fixed overhead (so its noise is small)
 
 
-def _inner(runner: Runner, item: Item, s: Settings) -> int:
-    """How many calls make one sample (after the runner's warm-up: compile, caches, allocator)."""
-    once = max(runner.calibrate(item, s.warmup_calls), 1e-7)
-    target = max(s.target_sample_s, OVERHEAD_SHARE * runner.overhead_s(item))
-    return int(min(max(1, target // once), s.max_inner))
+def common_overhead_s(sides: Sequence[Runner], item: Item) -> float:
+    """The one fixed cost subtracted from both sides' samples: the smaller of the two measurements. Both
+    sides use the same transport, so a larger one is load during its measurement or a candidate that
+    answers empty calls slowly; subtracting it from that side alone would hand it a speedup, while one
+    common amount keeps which raw sample was faster."""
+    return min(side.overhead_s(item) for side in sides)
+
+
+def _calls_per_sample(once_s: float, s: Settings, overhead_s: float) -> int:
+    """How many calls of `once_s` seconds (timed after the runner's warm-up) make one sample."""
+    target = max(s.target_sample_s, OVERHEAD_SHARE * overhead_s)
+    return int(min(max(1, target // max(once_s, 1e-7)), s.max_inner))
 
 
 def _stats(per_round_s: np.ndarray, runs: int) -> Stats:
@@ -127,9 +134,12 @@ def compare(
 ) -> Comparison:
     s = settings
     rounds = max(s.rounds, MIN_ROUNDS)  # fewer rounds cannot give the interval its coverage
+    sides = (incumbent, candidate)
     inner: dict[str, int] = {}
     for item in items:
-        inner[item.key] = min(_inner(incumbent, item, s), _inner(candidate, item, s))
+        once = [side.calibrate(item, s.warmup_calls) for side in sides]
+        overhead = common_overhead_s(sides, item)
+        inner[item.key] = min(_calls_per_sample(one, s, overhead) for one in once)
         progress(f"warm {item.key}")
     weights = np.array([it.weight for it in items])
     samples = max(s.samples, 2)  # the A/A spread compares a side's even and odd samples
@@ -137,7 +147,6 @@ def compare(
     # other way round in odd rounds), so a burst of load on a shared machine, which lasts longer than a
     # sample, falls on both sides instead of on one side's whole block
     t = np.zeros((rounds, len(items), samples, 2))
-    sides = (incumbent, candidate)
     runs = [0, 0]
     for r in range(rounds):
         for j, item in enumerate(items):
@@ -145,7 +154,9 @@ def compare(
             for k in range(samples):
                 first = (r + k) % 2
                 for side in (first, 1 - first):
-                    t[r, j, k, side] = sides[side].sample(item, n, r * 7 + j + k)
+                    raw = sides[side].sample(item, n, r * 7 + j + k)
+                    # re-read each time: a runner re-measures its overhead when it re-binds buffers
+                    t[r, j, k, side] = max(raw - common_overhead_s(sides, item), 1e-9) / n
                     runs[side] += n
             progress(f"round {r + 1}/{rounds} {item.key}")  # keeps the host's hang timer honest
     per_round = np.median(t, axis=2)  # [round, item, side]

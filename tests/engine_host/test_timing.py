@@ -28,17 +28,22 @@ class Clock:
 
 
 class SimRunner:
-    def __init__(self, clock: Clock, seconds: float) -> None:
-        self.clock, self.seconds = clock, seconds
+    """`overhead_s` per sample is the round trip every sample pays; `claimed_overhead_s` what the runner
+    reports it measured (more: load while it measured, or a candidate that answers empty calls slowly)."""
+
+    def __init__(self, clock: Clock, seconds: float, overhead_s: float = 0.0,
+                 claimed_overhead_s: float | None = None) -> None:
+        self.clock, self.seconds, self.overhead = clock, seconds, overhead_s
+        self.claimed = overhead_s if claimed_overhead_s is None else claimed_overhead_s
 
     def calibrate(self, item: Item, warmup_calls: int) -> float:
         return self.seconds
 
     def overhead_s(self, item: Item) -> float:
-        return 0.0
+        return self.claimed
 
     def sample(self, item: Item, calls: int, offset: int) -> float:
-        return self.seconds * self.clock.tick()
+        return self.overhead + calls * self.seconds * self.clock.tick()
 
 
 ITEMS = [Item("decode:1x64:rmsnorm", 0.6), Item("decode:4x96:rmsnorm", 0.4)]
@@ -55,6 +60,18 @@ def test_an_aa_comparison_under_bursty_load_is_never_a_win() -> None:
     results = [run(seed, 1e-4) for seed in range(300)]
     assert all(lo <= 1.0 for _, lo, _ in results), max(lo for _, lo, _ in results)
     assert all(lo <= 1.0 <= hi for _, lo, hi in results)
+
+
+@pytest.mark.parametrize("claimed", [2.0, 5.0, 50.0])
+def test_an_inflated_overhead_on_one_side_is_never_a_win(claimed: float) -> None:
+    # a side whose empty calls were measured slow (a burst of load then, or a candidate that sleeps
+    # on them) must not get the difference taken off its samples
+    rtt = 2e-4
+    for seed in range(100):
+        clock = Clock(seed)
+        result = compare(SimRunner(clock, 1e-4, rtt), SimRunner(clock, 1.1e-4, rtt, claimed * rtt), ITEMS, SETTINGS)
+        assert result.speedup_lo <= 1.0, (seed, result.speedup, result.speedup_lo)
+        assert result.speedup < 1.0
 
 
 @pytest.mark.parametrize(("speedup", "share_found"), [(2.0, 0.9), (1.5, 0.7)])
