@@ -34,6 +34,7 @@ def sandbox_main(conn: Connection, spec: SandboxSpec) -> None:
         import torch
         import torch.multiprocessing
 
+        from services.engine_host.ipc_refs import HeldStorages
         from services.engine_host.sandbox_server import SandboxServer
         from services.engine_host.warmup import warm_device
 
@@ -44,11 +45,13 @@ def sandbox_main(conn: Connection, spec: SandboxSpec) -> None:
         conn.send(Fatal(traceback.format_exc()))
         return
     conn.send(Ready(measures))
+    held = HeldStorages()  # what the harness shared stays held until this process dies (ipc_refs.py)
     while True:
         try:
             command = conn.recv()
         except (EOFError, OSError):
             return  # the harness went away
+        held.keep(command)
         if isinstance(command, Exit):
             return
         torch.set_num_threads(spec.threads)  # a candidate may have changed it

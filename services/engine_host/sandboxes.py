@@ -35,6 +35,7 @@ from services.engine_host.containment import (
     signal_pids,
     wait_stopped,
 )
+from services.engine_host.ipc_refs import SentCounters
 from services.engine_host.procs import Child
 from services.engine_host.protocol import Calls, Exit, SandboxSpec
 from services.engine_host.sandbox import sandbox_main
@@ -129,6 +130,7 @@ class Sandbox:
         self._walked_at = -2  # the fork counter when the family was last walked (never: matches nothing)
         self._unsettled: int | None = None  # SIGSTOP sent, not yet seen taken: the fork counter then
         self.call_s = 0.0  # wall seconds the harness has waited on its answers
+        self.sent = SentCounters()  # CUDA blocks shared with it: given back once it has exited
 
     def launch(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -148,7 +150,8 @@ class Sandbox:
             timeout_s = max(timeout_s, self.jit_timeout_s)
         began = time.perf_counter()
         try:
-            return self.child.call(command, timeout_s)
+            with self.sent.recording():
+                return self.child.call(command, timeout_s)
         finally:
             self.call_s += time.perf_counter() - began
 
@@ -232,6 +235,8 @@ class Sandbox:
         self.child.kill()
         _SANDBOX_PIDS.discard(self.child.pid)
         _reap(strays)
+        if self.child.process is None or self.child.process.exitcode is not None:
+            self.sent.release()
         shutil.rmtree(self.work_dir, ignore_errors=True)
 
 

@@ -7,6 +7,8 @@ kernel is killed by the sandbox timeout while the harness carries on.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -191,3 +193,28 @@ def test_decode_items_are_timed_as_graph_replays_as_the_live_engine_runs_them(ha
         assert out.speedup > 0.5, out
         stuck = harness.handle(Benchmark(code("rmsnorm", NOT_CAPTURABLE), DECODE_ONLY))
     assert stuck.status == Status.RAISED and "CUDA graph" in stuck.reason, stuck
+
+
+@needs_cuda
+@pytest.mark.parametrize("harness", [("cuda", {})], indirect=True)
+def test_the_memory_shared_with_dead_sandboxes_is_given_back(harness: Harness) -> None:
+    # every candidate gets a sandbox of its own, killed after its run: what the harness shared with it
+    # must not stay allocated (ipc_refs.py), or a long-running tier runs out of device memory
+    def settled() -> int:  # the incumbent's sandbox is reaped (and given back) by a background thread
+        deadline = time.monotonic() + 60
+        while any(t.name == "sandbox-reap" for t in threading.enumerate()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        torch.cuda.synchronize()
+        torch.cuda.ipc_collect()
+        return torch.cuda.memory_allocated()
+
+    with torch.inference_mode():
+        base = settled()
+        mem = []
+        for i in range(7):
+            out = harness.handle(Benchmark(code("rmsnorm", f"# variant {i}\n" + source("rmsnorm", RMSNORM_FAST)),
+                                           SHAPES))
+            assert out.status == Status.OK, out
+            mem.append(settled())
+    one = max(mem[0] - base, 0)  # what one candidate left behind, if anything
+    assert mem[-1] - mem[1] <= one / 4 + (1 << 20), (base, mem)  # leaking, it would grow by `one` each time
