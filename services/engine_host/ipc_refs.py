@@ -49,19 +49,15 @@ class SentCounters:
         with self._lock:
             self._first.setdefault(storage_key, counter)
 
-    def __len__(self) -> int:
-        return len(self._first)
-
-    def release(self) -> int:
-        """Take off the counts the (exited) sandbox still held; how many. Only after it has exited: a live
-        one could still be reading the blocks."""
+    def release(self) -> None:
+        """Take off the counts the (exited) sandbox still held. Only after it has exited: a live one could
+        still be reading the blocks."""
         with self._lock:
             counters, self._first = list(self._first.values()), {}
         for handle, offset, device in counters:
             torch.UntypedStorage._release_ipc_counter(handle, offset, device=device)
         if counters:
             torch.cuda.ipc_collect()
-        return len(counters)
 
 
 def _recording_reduce(tensor: torch.Tensor) -> Any:
@@ -89,9 +85,6 @@ class HeldStorages:
             if t.is_cuda:
                 storage = t.untyped_storage()
                 self._held.setdefault((storage.data_ptr(), storage.nbytes()), storage)
-
-    def __len__(self) -> int:
-        return len(self._held)
 
 
 def _tensors(obj: Any, depth: int = 0) -> Iterator[torch.Tensor]:

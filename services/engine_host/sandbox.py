@@ -19,7 +19,7 @@ from multiprocessing.connection import Connection
 
 from services.engine_host.containment import confine
 from services.engine_host.gpu_faults import DEVICE_FAULT_EXIT, probe_device
-from services.engine_host.protocol import Exit, Fatal, Ready, Refused, Reply, SandboxSpec
+from services.engine_host.protocol import Calls, Exit, Fatal, Ready, Refused, Reply, SandboxSpec
 
 
 def sandbox_main(conn: Connection, spec: SandboxSpec) -> None:
@@ -51,7 +51,8 @@ def sandbox_main(conn: Connection, spec: SandboxSpec) -> None:
             command = conn.recv()
         except (EOFError, OSError):
             return  # the harness went away
-        held.keep(command)
+        if not isinstance(command, Calls):  # the timed command carries no tensors: not walked in the window
+            held.keep(command)
         if isinstance(command, Exit):
             return
         torch.set_num_threads(spec.threads)  # a candidate may have changed it
