@@ -167,7 +167,8 @@ def code(op: str, src: str) -> CandidateCode:
 def bench_row(out: Any) -> dict[str, Any]:
     return {"status": str(out.status), "speedup": out.speedup, "lo": out.speedup_lo, "hi": out.speedup_hi,
             "aa_spread": out.aa_spread, "reason": out.reason[:300], "checked_calls": out.checked_calls,
-            "timed_calls": out.timed_calls, "per_group": out.per_group, "phases": out.phases}
+            "timed_calls": out.timed_calls, "per_group": out.per_group, "phases": out.phases,
+            "per_item": out.per_item, "per_round": list(out.per_round), "pooled": out.speedup_pooled}
 
 
 def rank_candidates() -> list[tuple[str, str]]:

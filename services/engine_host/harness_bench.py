@@ -147,6 +147,7 @@ def benchmark(h: Harness, cmd: BenchmarkCmd) -> BenchmarkReport:
         mark = time.perf_counter()
         incumbent = RemoteRunner(session, rival, checked=False, rivals=(box,))
         candidate = RemoteRunner(session, box, checked=True, rivals=(rival,))
+        h.quiet()
         share = CoreShare(box, h.spec.threads)
         result = compare(incumbent, candidate, items, settings, h.progress)
         share.check()
@@ -166,10 +167,11 @@ def benchmark(h: Harness, cmd: BenchmarkCmd) -> BenchmarkReport:
             Status.OK, **base, incumbent=_stats(result.incumbent), candidate=_stats(result.candidate),
             aa_spread=result.aa_spread, speedup=result.speedup, speedup_lo=result.speedup_lo,
             speedup_hi=result.speedup_hi, per_item=result.per_item, per_group=result.per_group,
+            per_round=tuple(result.per_round), speedup_pooled=result.speedup_pooled,
             checked_calls=session.checked, timed_calls=session.timed, phases=phases)
     finally:
         mark = time.perf_counter()
-        rival.close(wait=False)  # the incumbent is trusted: nothing checks what it did last
+        h.close_later(rival)  # the incumbent is trusted: nothing checks what it did last
         phases["incumbent_close"] = time.perf_counter() - mark
     mark = time.perf_counter()
     why = h.release(box)

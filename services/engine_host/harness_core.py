@@ -12,6 +12,7 @@ from typing import Any
 import torch
 import torch.multiprocessing
 
+from services.common.log import get_logger
 from services.common.shapes import Shape
 from services.common.tensors import encode
 from services.engine_host import capture as cap
@@ -67,6 +68,8 @@ def hardware_name(device: torch.device) -> str:
         pass
     return platform.processor() or platform.machine() or "cpu"
 
+log = get_logger("engine_host.harness")
+
 
 class Harness:
     def __init__(self, spec: HarnessSpec, progress: Callable[[str], None]) -> None:
@@ -109,6 +112,7 @@ class Harness:
         for bucket in spec.warm_buckets:
             self.live.call(Steps(bucket, 1), self.live_timeout)
         self._stage_done("graphs_s")
+        self.dying: list[Sandbox] = []  # closed without waiting: `quiet()` waits for them
         self.recent: tuple[str, Sandbox] | None = None  # the last candidate's sandbox, for its next RunOp
         self.recent_e2e: tuple[tuple[str, ...], Sandbox] | None = None  # the last end-to-end combination
 
@@ -154,7 +158,13 @@ class Harness:
     def release(self, box: Sandbox) -> str:
         """Close a candidate's sandbox; '' or why its run must fail (it wrote into the shared weights)."""
         attached = box.model_attached
-        box.close()
+        # without the model nothing of it is read after its death, so it dies in the background (a CUDA
+        # context takes ~0.1 s to tear down) while the next candidate loads; `quiet()` waits for it
+        # before anything is timed, and its blocks stay allocated until it has exited (ipc_refs)
+        if attached:
+            box.close()
+        else:
+            self.close_later(box)
         if self.recent is not None and self.recent[1] is box:
             self.recent = None
         if self.recent_e2e is not None and self.recent_e2e[1] is box:
@@ -165,6 +175,18 @@ class Harness:
         if attached and not self.weights_intact():
             return "the kernel wrote into the model's weights (restored)"
         return ""
+
+    def close_later(self, box: Sandbox) -> None:
+        box.close(wait=False)
+        self.dying.append(box)
+
+    def quiet(self) -> None:
+        """Before anything is timed: every sandbox closed in the background has exited (its teardown
+        would take CPU and the driver from the sides being timed)."""
+        for box in self.dying:
+            if not box.wait_closed(30.0):
+                log.warning("a closed sandbox has not exited after 30 s", label=box.label)
+        self.dying = []
 
     def candidate_box(self, cand: CandidateCode, with_model: bool, max_batch: int) -> tuple[Sandbox, SwapReport]:
         """A sandbox holding `cand` only: the last candidate's again when it is the same one."""
@@ -291,6 +313,7 @@ class Harness:
         """Decode tokens/s of the live engine, timed here around its Steps round trips."""
         if not 1 <= cmd.batch <= self.model.max_batch or cmd.steps < 1:
             raise ValueError(f"batch must lie in [1, {self.model.max_batch}] and steps >= 1")
+        self.quiet()
         began = time.perf_counter()
         first = self.live_call(Steps(cmd.batch, 1))
         first_s = time.perf_counter() - began
@@ -373,3 +396,4 @@ class Harness:
                 recent[1].close()
         self.live.close()
         self.pool.close()
+        self.quiet()

@@ -137,6 +137,8 @@ class BenchmarkReport:
     speedup_hi: float = 0.0
     per_item: dict[str, float] = field(default_factory=dict)
     per_group: dict[str, dict[str, float]] = field(default_factory=dict)
+    per_round: tuple[float, ...] = ()  # each timing round's ratio: the spread behind the interval
+    speedup_pooled: float = 0.0  # the ratio of each item's median over all samples (a second estimate)
     checked_calls: int = 0  # timed calls whose outputs the harness checked after timing
     timed_calls: int = 0
     phases: dict[str, float] = field(default_factory=dict)  # seconds: sandbox, load, inputs, check, timing

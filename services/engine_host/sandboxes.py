@@ -131,6 +131,7 @@ class Sandbox:
         self._unsettled: int | None = None  # SIGSTOP sent, not yet seen taken: the fork counter then
         self.call_s = 0.0  # wall seconds the harness has waited on its answers
         self.sent = SentCounters()  # CUDA blocks shared with it: given back once it has exited
+        self._reaper: threading.Thread | None = None  # a close that did not wait: reaps it in the background
 
     def launch(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -228,8 +229,16 @@ class Sandbox:
             signal_all(self.child.pid, signal.SIGKILL, strays)
         if wait:
             self._reaped(strays)
-        else:
-            threading.Thread(target=self._reaped, args=(strays,), daemon=True, name="sandbox-reap").start()
+        elif self._reaper is None:
+            self._reaper = threading.Thread(target=self._reaped, args=(strays,), daemon=True, name="sandbox-reap")
+            self._reaper.start()
+
+    def wait_closed(self, timeout_s: float) -> bool:
+        """After close(wait=False): until it has exited and what it held is given back; False on timeout."""
+        if self._reaper is not None:
+            self._reaper.join(timeout_s)
+            return not self._reaper.is_alive()
+        return not self.child.alive
 
     def _reaped(self, strays: set[int]) -> None:
         self.child.kill()

@@ -72,6 +72,9 @@ class Comparison:
     speedup_lo: float
     speedup_hi: float
     per_item: dict[str, float] = field(default_factory=dict)  # item key → speedup on that item
+    per_round: list[float] = field(default_factory=list)  # each round's ratio (the speedup is their median)
+    # the same weighted ratio over each item's median of all its samples, every round pooled
+    speedup_pooled: float = 0.0
     # "captured" (inputs recorded from real forward passes) / "random": speedup and A/A over that group
     per_group: dict[str, dict[str, float]] = field(default_factory=dict)
 
@@ -171,6 +174,7 @@ def compare(
     widen = 1.0 + max(aa_spread, s.noise_floor)
     lo, hi = median_interval(ratios)
     per_item = {item.key: float(np.median(inc[:, j] / cand[:, j])) for j, item in enumerate(items)}
+    pooled = np.median(t.transpose(1, 3, 0, 2).reshape(len(items), 2, -1), axis=2)  # [item, side]
     per_group: dict[str, dict[str, float]] = {}
     for g in sorted({group_of(it.key) for it in items}):
         w = np.array([it.weight if group_of(it.key) == g else 0.0 for it in items])
@@ -185,5 +189,7 @@ def compare(
         speedup_lo=lo / widen,
         speedup_hi=hi * widen,
         per_item=per_item,
+        per_round=[float(v) for v in ratios],
+        speedup_pooled=float((pooled[:, 0] @ weights) / (pooled[:, 1] @ weights)),
         per_group=per_group,
     )

@@ -120,6 +120,36 @@ def test_every_timed_sandbox_is_stopped_while_the_harness_writes_fresh_inputs(
     assert all(states == ("T", "T") for states in seen), [(i, s) for i, s in enumerate(seen) if s != ("T", "T")]
 
 
+def test_sandboxes_die_in_the_background_but_never_while_the_next_candidate_is_timed(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a candidate's sandbox (and the incumbent's) exits while the next candidate loads and is checked:
+    # a CUDA context takes ~0.1 s to tear down; its teardown must not overlap anyone's timing
+    from services.engine_host import harness_bench
+    from services.engine_host.sandboxes import Sandbox
+
+    reaped, compare = Sandbox._reaped, harness_bench.compare
+    exiting: list[list[bool]] = []
+
+    def slow_reap(self: Sandbox, strays: set[int]) -> None:
+        time.sleep(1.0)  # as slow as a GPU's teardown, and then some
+        reaped(self, strays)
+
+    def timed(*args: Any, **kw: Any) -> Any:
+        exiting.append([box.child.alive for box in harness.dying] + [t.name == "sandbox-reap" for t in
+                                                                     threading.enumerate()])
+        return compare(*args, **kw)
+
+    monkeypatch.setattr(Sandbox, "_reaped", slow_reap)
+    monkeypatch.setattr(harness_bench, "compare", timed)
+    with torch.inference_mode():
+        first = harness.handle(Benchmark(code("rmsnorm", source("rmsnorm", RMSNORM_FAST)), SHAPES))
+        closing = list(harness.dying)
+        second = harness.handle(Benchmark(code("rmsnorm", "# second\n" + source("rmsnorm", RMSNORM_FAST)), SHAPES))
+    assert first.status == second.status == Status.OK, (first, second)
+    assert len(closing) == 2 and all(not box.child.alive for box in closing)  # candidate and incumbent
+    assert len(exiting) == 2 and not any(exiting[1]), exiting
+
+
 @gpu
 @needs_cuda
 @pytest.mark.parametrize("harness", [("cuda", {"warm_buckets": (1,)})], indirect=True)
