@@ -18,11 +18,11 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from proto.gen.polymorph.v1 import events_pb2 as ev
 from services.agent_pool import library
 from services.agent_pool.agents.base import LOST, OK, Agent, Proposal, SlotContext, Trial
-from services.agent_pool.agents.llm import LlmAgent
 from services.agent_pool.agents.search import SearchAgent
 from services.agent_pool.board import Board
 from services.agent_pool.config import AgentPoolConfig
@@ -30,6 +30,9 @@ from services.agent_pool.state import COMPLETED, FAILED, CampaignRecord, Store
 from services.common import metrics, subjects
 from services.common.bus import Bus
 from services.common.log import get_logger
+
+if TYPE_CHECKING:  # the LLM client is imported only where an endpoint is configured
+    from services.agent_pool.agents.llm import LlmAgent
 
 log = get_logger("agent_pool.campaign")
 

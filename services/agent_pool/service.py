@@ -25,7 +25,6 @@ import uuid
 
 from proto.gen.polymorph.v1 import events_pb2 as ev
 from services.agent_pool import library
-from services.agent_pool.agents.llm import LlmAgent
 from services.agent_pool.agents.search import SearchAgent
 from services.agent_pool.board import Board
 from services.agent_pool.campaign import CampaignRun, Deps
@@ -61,7 +60,11 @@ class AgentPoolService:
         self.runs: dict[str, CampaignRun] = {}
         self.tasks: dict[str, asyncio.Task] = {}
         self.ledger: set[str] = set()
-        self.llm = LlmAgent(cfg.llm) if cfg.llm.enabled else None
+        self.llm = None
+        if cfg.llm.enabled:  # openai (and httpx) load only here: a GPU machine with no endpoint may lack them
+            from services.agent_pool.agents.llm import LlmAgent
+
+            self.llm = LlmAgent(cfg.llm)
         self.search = SearchAgent(explore=cfg.explore)
         self.board: Board | None = None
         self._bus: Bus | None = None

@@ -114,3 +114,22 @@ def test_replies_are_validated_before_they_become_candidates() -> None:
     for why, (source, slot) in cases.items():
         with pytest.raises(InvalidProposal, match=why.replace("(", r"\(").replace(")", r"\)")):
             extract_module(f"```python\n{source}```", slot)
+
+
+def test_the_agent_pool_starts_without_the_llm_client_when_no_endpoint_is_set(tmp_path) -> None:
+    # a GPU machine with no package index may lack openai and httpx: without POLYMORPH_LLM_BASE_URL
+    # the service must neither need nor load them
+    import os
+    import subprocess
+    import sys
+
+    probe = ("import sys\n"
+             "from services.agent_pool.__main__ import build\n"
+             "from services.common.config import CommonSettings, Env\n"
+             "build(Env.current(), CommonSettings.from_env())\n"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('openai', 'httpx', 'httpx2')))\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POLYMORPH_LLM")}
+    env["POLYMORPH_DATA_DIR"] = str(tmp_path)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout[:500]
