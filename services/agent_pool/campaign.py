@@ -1,7 +1,8 @@
 """One campaign: propose candidates for its slots, learn from their benchmark results, stop, report.
 
-Proposing: the slot with the fewest candidates among those still active goes next (fair share of the
-budget; a slot that stops frees its share), its agent proposes one candidate, and at most
+Proposing: first the live step is profiled (aim.py: each slot's share of the step's time); then the
+active slot with the fewest candidates per unit of share goes next (the budget follows the time at
+stake; a slot that stops frees its share), its agent proposes one candidate, and at most
 `in_flight` candidates wait for results at any time, so every result can steer the next proposal.
 A slot stops on plateau (`plateau` results without a new best), on its own cap (`slot_budget`, when
 set) or when its space is exhausted; the campaign stops proposing when the budget is spent or every
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from proto.gen.polymorph.v1 import events_pb2 as ev
-from services.agent_pool import library
+from services.agent_pool import aim, library
 from services.agent_pool.agents.base import LOST, OK, Agent, Proposal, SlotContext, Trial
 from services.agent_pool.agents.search import SearchAgent
 from services.agent_pool.board import Board
@@ -147,6 +148,8 @@ class CampaignRun:
 
     async def _step(self) -> bool:
         """One round; True once the campaign completed."""
+        if not self.record.announced and not (self.campaign.step_us or self.campaign.profile_error):
+            await self._aim()
         if not self.record.announced:
             await self.deps.bus.publish(subjects.CAMPAIGN_STARTED, self.campaign, msg_id=f"{self.campaign_id}:running")
             self.record.announced = True
@@ -161,6 +164,30 @@ class CampaignRun:
             await self._complete(reason)
             return True
         return False
+
+    async def _aim(self) -> None:
+        """Profile the live step once, before anything is proposed; kept in the record (a resumed
+        campaign keeps its shares) and announced with the campaign."""
+        c = self.campaign
+        if not self.cfg.aim:
+            c.profile_error = "off (POLYMORPH_AGENT_AIM=off)"
+        else:
+            try:
+                reply = await aim.profile_step(self.deps.bus, c.model, list(c.profile.buckets),
+                                               self.cfg.profile_timeout_s)
+                c.step_shares.extend(aim.step_shares(reply, list(c.slots)))
+                c.step_us = reply.step_us
+                log.info("step profiled", campaign=self.campaign_id, step_us=round(c.step_us, 1),
+                         shares={s.slot: round(s.share, 3) for s in c.step_shares})
+            except aim.NoProfile as exc:
+                c.profile_error = str(exc) or type(exc).__name__
+                log.warning("step not profiled; the budget is shared evenly", campaign=self.campaign_id,
+                            reason=c.profile_error)
+        await self.deps.store.put_campaign(self.record)
+
+    @property
+    def weights(self) -> dict[str, float]:
+        return aim.weights(list(self.campaign.step_shares), list(self.campaign.slots))
 
     def stop_reason(self) -> str | None:
         """Why proposing stopped (budget, plateau, exhausted), or None while it goes on."""
@@ -190,7 +217,7 @@ class CampaignRun:
             active = self._active_slots()
             if not active:
                 break
-            slot = min(active, key=lambda s: len(self.slot_trials(s)))  # ties: campaign slot order
+            slot = aim.next_slot(active, {s: len(self.slot_trials(s)) for s in active}, self.weights)
             proposals = await self._ask(slot)
             if not proposals:
                 self.exhausted.add(slot)

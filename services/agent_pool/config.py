@@ -42,6 +42,8 @@ class AgentPoolConfig:
     max_budget: int  # the largest budget one campaign may ask for
     max_campaigns: int  # campaigns running at once; drift campaigns past it wait, requests are refused
     step_failure_s: float  # a campaign whose steps keep failing this long ends as failed
+    aim: bool  # profile the live step first and spend the budget by each slot's share of it
+    profile_timeout_s: float
     llm: LlmSettings
 
     @classmethod
@@ -70,6 +72,8 @@ class AgentPoolConfig:
             max_budget=env.int("AGENT_MAX_BUDGET", 1000),
             max_campaigns=env.int("AGENT_MAX_CAMPAIGNS", 4),
             step_failure_s=env.float("AGENT_STEP_FAILURE_S", 120.0),
+            aim=env.bool("AGENT_AIM", True),
+            profile_timeout_s=env.float("AGENT_PROFILE_TIMEOUT_S", 300.0),
             llm=LlmSettings(
                 base_url=env.optional("LLM_BASE_URL"),
                 model=env.str("LLM_MODEL", "gpt-4o-mini"),

@@ -30,6 +30,7 @@ TEXT_FIELDS = {  # free text: sources, queries, reasons, notes
     "detail": 16 * KIB,
     "text": 16 * KIB,
     "error": 16 * KIB,
+    "profile_error": 16 * KIB,
 }
 NAME_CHARS = 256  # every other string: ids, model, slot, hardware, agent, tier, tag, subject-like names
 BYTES_MAX = 4 * KIB  # signatures and the like

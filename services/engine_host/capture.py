@@ -224,6 +224,35 @@ def _timer(rt: ModelView, acc: dict[str, float], calls: dict[str, int]) -> Calla
     return wrap
 
 
+@contextmanager
+def _region_timers(rt: ModelView, acc: dict[str, float], calls: dict[str, int]) -> Iterator[None]:
+    """Time every region's modules (their whole forward, the slots inside included): a region candidate
+    can replace all of it, so that is the time it has at stake."""
+    starts: dict[int, float] = {}
+    handles = []
+
+    def pre(module: torch.nn.Module, args: Any) -> None:
+        _sync(rt)
+        starts[id(module)] = time.perf_counter()
+
+    def post_for(region: str) -> Callable[..., None]:
+        def post(module: torch.nn.Module, args: Any, out: Any) -> None:
+            _sync(rt)
+            acc[region] += time.perf_counter() - starts.pop(id(module))
+            calls[region] += 1
+
+        return post
+
+    for region in REGIONS:
+        for module in rt.table.modules(region):
+            handles += [module.register_forward_pre_hook(pre), module.register_forward_hook(post_for(region))]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 def _step_times(rt: ModelView, run: Callable[[], Any], steps: int) -> list[float]:
     times = []
     for _ in range(steps):
@@ -236,8 +265,8 @@ def _step_times(rt: ModelView, run: Callable[[], Any], steps: int) -> list[float
 
 
 def profile(rt: ModelView, shapes: list[Shape], steps: int = 5) -> ProfileReport:
-    """Per-slot time per step (sum over its calls) and whole-step time, at each shape. Guidance for
-    campaigns (where the time goes), never a verdict: it runs in the live engine."""
+    """Per-slot and per-region time per step (sum over its calls) and whole-step time, at each shape.
+    Guidance for campaigns (where the time goes), never a verdict: it runs in the live engine."""
     times: list[OpTime] = []
     step_total, weight_total = 0.0, 0.0
     eager_us: dict[str, float] = {}  # decode shapes timed through graphs: their eager step, for reference
@@ -247,7 +276,7 @@ def profile(rt: ModelView, shapes: list[Shape], steps: int = 5) -> ProfileReport
         acc: dict[str, float] = defaultdict(float)
         with torch.inference_mode(), at_shape(rt, shape) as step:
             step()  # warm-up
-            with rt.table.wrapped(_timer(rt, acc, calls)):
+            with rt.table.wrapped(_timer(rt, acc, calls)), _region_timers(rt, acc, calls):
                 for _ in range(steps):
                     acc.clear()
                     step()

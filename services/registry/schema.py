@@ -181,6 +181,21 @@ TABLES: dict[str, str] = {
         )""",
 }
 
+# Where the live step's time went when a campaign started (migration 3): one row per campaign slot.
+STEP_PROFILES_DDL = """
+    CREATE TABLE IF NOT EXISTS step_profiles (
+        campaign_id VARCHAR NOT NULL,
+        slot VARCHAR NOT NULL,
+        share DOUBLE,                 -- of the step's time, weighted over the campaign's shapes
+        us_per_step DOUBLE,
+        step_us DOUBLE,
+        received_at TIMESTAMP NOT NULL,
+        PRIMARY KEY (campaign_id, slot)
+    )"""
+
+# every table a current file holds: migration 1's and those added after it
+ALL_TABLES: tuple[str, ...] = (*TABLES, "step_profiles")
+
 SCHEMA_VERSION_DDL = """
     CREATE TABLE IF NOT EXISTS schema_version (
         version INTEGER PRIMARY KEY,

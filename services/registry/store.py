@@ -90,6 +90,10 @@ def store_campaign(con: duckdb.DuckDBPyConnection, c: ev.Campaign, meta: Meta) -
             [state, c.finished_unix, c.proposed, c.stop_reason, c.budget, c.budget,
              c.started_unix, c.started_unix, meta.received_at, c.campaign_id],
         )
+    for share in c.step_shares:  # the same on every message of the campaign: the first one stays
+        insert(con, "step_profiles", {"campaign_id": c.campaign_id, "slot": share.slot, "share": share.share,
+                                      "us_per_step": share.us_per_step, "step_us": c.step_us,
+                                      "received_at": meta.received_at})
     _names(con, meta, model=c.model)
     record_event(con, c, meta)
 

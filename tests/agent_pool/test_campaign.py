@@ -43,6 +43,8 @@ async def test_drift_starts_one_campaign_that_completes_on_budget(bus: Bus, pool
     assert campaign.state == ev.CAMPAIGN_STATE_COMPLETED and campaign.stop_reason == "budget"
     assert campaign.trigger == "drift-1" and campaign.proposed == 8 == len(engine.candidates)
     assert len(started.items) == 1 and started.items[0].campaign_id == campaign.campaign_id
+    # the fake engine's address answers nothing: the campaign says why its budget was shared evenly
+    assert campaign.profile_error.startswith("profile failed: UNAVAILABLE") and not campaign.step_shares
     ids = [c.candidate_id for c in engine.candidates]
     assert len(set(ids)) == 8
     assert len({c.slot for c in engine.candidates}) >= 3

@@ -118,11 +118,13 @@ async def test_serve_answers_up_to_its_concurrency_at_once_and_close_waits_for_a
         return ev.SqlReply(columns=[req.query])
 
     try:
-        await server.serve("test.sql", ev.SqlRequest, ev.SqlReply, handler, concurrency=2)
-        waiting = asyncio.create_task(client.request("test.sql", ev.SqlRequest(query="wait"), ev.SqlReply))
-        await wait_for(lambda: entered == ["wait"])
+        await server.serve("test.sql.concurrency", ev.SqlRequest, ev.SqlReply, handler, concurrency=2)
+        waiting = asyncio.create_task(client.request("test.sql.concurrency", ev.SqlRequest(query="wait"), ev.SqlReply))
+        await wait_for(lambda: entered == ["wait"] or waiting.done())
+        assert entered == ["wait"], waiting  # a request that failed shows its exception here
         # the first is still in its handler; the second is answered anyway
-        assert (await client.request("test.sql", ev.SqlRequest(query="now"), ev.SqlReply)).columns == ["now"]
+        now = await client.request("test.sql.concurrency", ev.SqlRequest(query="now"), ev.SqlReply)
+        assert now.columns == ["now"]
         assert not waiting.done()
 
         closing = asyncio.create_task(server.close())

@@ -197,13 +197,19 @@ async def test_generate_reference_vs_override(stub) -> None:
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
-async def test_profile_reports_every_slot(stub) -> None:
+async def test_profile_reports_every_slot_and_region(stub) -> None:
     reply = await stub.Profile(es.ProfileRequest(shapes=SMALL))
     assert {t.slot for t in reply.times} == {"rmsnorm", "add_rmsnorm", "rope", "attention", "silu_mul",
-                                             "linear", "sample"}
+                                             "linear", "sample", "attn_block", "mlp_block", "layer", "step"}
     assert reply.step_us > 0 and all(t.median_us > 0 and t.calls_per_step >= 1 for t in reply.times)
+    per = {(t.slot, t.shape.batch_size, t.shape.context_len): t for t in reply.times}
     linear = next(t for t in reply.times if t.slot == "linear")
     assert linear.calls_per_step == 5 * 4 + 1  # qkv, o, w1, w3, w2 in each of 4 layers + the LM head
+    for shape in SMALL:
+        at = {op: per[(op, shape.batch_size, shape.context_len)] for op in ("mlp_block", "layer", "step", "silu_mul")}
+        assert at["mlp_block"].calls_per_step == at["layer"].calls_per_step == 4 and at["step"].calls_per_step == 1
+        # a region's time holds the slots it nests: silu_mul < mlp_block < layer x 4 < step
+        assert at["silu_mul"].median_us < at["mlp_block"].median_us < at["layer"].median_us < at["step"].median_us
 
 
 async def test_sandbox_crashes_leave_the_live_engine_and_a_dead_harness_comes_back(engine: Engine, stub) -> None:

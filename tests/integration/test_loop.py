@@ -51,6 +51,18 @@ async def test_promotion_reaches_subscribers_and_sql(stack) -> None:
     assert found.returncode == 0, found.stderr
     assert f"{first.candidate_id},{first.slot}" in found.stdout
 
+    # the campaign profiled the live step first and spent its budget by each slot's share of it
+    shares = polymorph("--nats", stack.nats_url, "sql", "select slot, share from step_profiles where campaign_id = "
+                       f"'{campaign.campaign_id}' order by share desc", "--format", "csv")
+    assert shares.returncode == 0, shares.stderr
+    rows = [line.split(",") for line in shares.stdout.splitlines()[1:]]
+    assert {slot for slot, _ in rows} == {"rope", "rmsnorm"} and all(0 < float(share) < 1 for _, share in rows)
+    first_slot = polymorph("--nats", stack.nats_url, "sql", "select slot from candidates where campaign_id = "
+                           f"'{campaign.campaign_id}' order by created_unix limit 1", "--format", "csv")
+    assert first_slot.stdout.splitlines()[1] == rows[0][0]  # the heaviest slot went first
+    status = polymorph("--nats", stack.nats_url, "status")
+    assert status.returncode == 0 and "step share" in status.stdout, status.stdout + status.stderr
+
     refused = polymorph("--nats", stack.nats_url, "sql", "delete from promotions")
     assert refused.returncode == 1 and "read-only" in refused.stderr
     still = polymorph("--nats", stack.nats_url, "sql", "select count(*) as n from promotions", "--format", "csv")

@@ -9,7 +9,7 @@ import pytest
 
 from proto.gen.polymorph.v1 import events_pb2 as ev
 from services.registry.migrations import MIGRATIONS, Migration, apply_migrations, current_version
-from services.registry.schema import TABLES
+from services.registry.schema import ALL_TABLES
 from services.registry.sql import Refused, check_read_only, json_value, render, run_query
 from services.registry.views import VIEWS
 
@@ -24,7 +24,7 @@ def test_migrations_run_twice_and_across_reopen(tmp_path: Path) -> None:
         assert current_version(con) == MIGRATIONS[-1].version
         assert con.execute("SELECT count(*) FROM schema_version").fetchone()[0] == len(MIGRATIONS)
         tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
-        assert set(TABLES) | {"schema_version"} <= tables
+        assert set(ALL_TABLES) | {"schema_version"} <= tables
         for view in VIEWS:  # every view binds and answers on an empty registry
             assert con.execute(f"SELECT count(*) FROM {view}").fetchone()[0] == 0
 

@@ -10,7 +10,8 @@ import pyarrow.parquet as pq
 from proto.gen.polymorph.v1 import events_pb2 as ev
 from services.common import subjects
 from services.common.bus import Bus
-from services.registry.schema import TABLES
+from services.registry.migrations import MIGRATIONS
+from services.registry.schema import ALL_TABLES
 from tests.registry.conftest import RunningRegistry
 from tests.registry.helpers import benchmark, candidate, rows, scalar, sql, verdict, wait_sql
 
@@ -72,12 +73,12 @@ async def test_export_writes_readable_parquet(registry: RunningRegistry, bus: Bu
     reply = await export(bus, name)
     assert not reply.error, reply.error
     dest = registry.config.export_root / name
-    assert {Path(f) for f in reply.files} == {dest / f"{t}.parquet" for t in (*TABLES, "schema_version")}
+    assert {Path(f) for f in reply.files} == {dest / f"{t}.parquet" for t in (*ALL_TABLES, "schema_version")}
     candidates = pq.read_table(dest / "candidates.parquet")
     assert candidates.num_rows == 1 and candidates.column("slot").to_pylist() == ["rmsnorm"]
     assert pq.read_table(dest / "promotions.parquet").column("active").to_pylist() == [True]
     assert pq.read_table(dest / "events.parquet").num_rows == 4  # candidate, benchmark, verdict, kernel.promoted
-    assert pq.read_table(dest / "schema_version.parquet").num_rows == 2
+    assert pq.read_table(dest / "schema_version.parquet").num_rows == len(MIGRATIONS)
 
     again = await export(bus, name)
     assert not again.error and len(again.files) == len(reply.files)  # overwrites a previous snapshot

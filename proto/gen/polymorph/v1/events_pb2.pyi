@@ -193,7 +193,7 @@ class DriftEvent(_message.Message):
     def __init__(self, drift_id: _Optional[str] = ..., t_s: _Optional[float] = ..., changes: _Optional[_Iterable[_Union[MetricChange, _Mapping]]] = ..., reference: _Optional[_Union[TrafficProfile, _Mapping]] = ..., current: _Optional[_Union[TrafficProfile, _Mapping]] = ...) -> None: ...
 
 class Campaign(_message.Message):
-    __slots__ = ("campaign_id", "model", "slots", "trigger", "budget", "state", "profile", "started_unix", "finished_unix", "proposed", "stop_reason")
+    __slots__ = ("campaign_id", "model", "slots", "trigger", "budget", "state", "profile", "started_unix", "finished_unix", "proposed", "stop_reason", "step_shares", "step_us", "profile_error")
     CAMPAIGN_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     SLOTS_FIELD_NUMBER: _ClassVar[int]
@@ -205,6 +205,9 @@ class Campaign(_message.Message):
     FINISHED_UNIX_FIELD_NUMBER: _ClassVar[int]
     PROPOSED_FIELD_NUMBER: _ClassVar[int]
     STOP_REASON_FIELD_NUMBER: _ClassVar[int]
+    STEP_SHARES_FIELD_NUMBER: _ClassVar[int]
+    STEP_US_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_ERROR_FIELD_NUMBER: _ClassVar[int]
     campaign_id: str
     model: str
     slots: _containers.RepeatedScalarFieldContainer[str]
@@ -216,7 +219,20 @@ class Campaign(_message.Message):
     finished_unix: float
     proposed: int
     stop_reason: str
-    def __init__(self, campaign_id: _Optional[str] = ..., model: _Optional[str] = ..., slots: _Optional[_Iterable[str]] = ..., trigger: _Optional[str] = ..., budget: _Optional[int] = ..., state: _Optional[_Union[CampaignState, str]] = ..., profile: _Optional[_Union[TrafficProfile, _Mapping]] = ..., started_unix: _Optional[float] = ..., finished_unix: _Optional[float] = ..., proposed: _Optional[int] = ..., stop_reason: _Optional[str] = ...) -> None: ...
+    step_shares: _containers.RepeatedCompositeFieldContainer[SlotShare]
+    step_us: float
+    profile_error: str
+    def __init__(self, campaign_id: _Optional[str] = ..., model: _Optional[str] = ..., slots: _Optional[_Iterable[str]] = ..., trigger: _Optional[str] = ..., budget: _Optional[int] = ..., state: _Optional[_Union[CampaignState, str]] = ..., profile: _Optional[_Union[TrafficProfile, _Mapping]] = ..., started_unix: _Optional[float] = ..., finished_unix: _Optional[float] = ..., proposed: _Optional[int] = ..., stop_reason: _Optional[str] = ..., step_shares: _Optional[_Iterable[_Union[SlotShare, _Mapping]]] = ..., step_us: _Optional[float] = ..., profile_error: _Optional[str] = ...) -> None: ...
+
+class SlotShare(_message.Message):
+    __slots__ = ("slot", "share", "us_per_step")
+    SLOT_FIELD_NUMBER: _ClassVar[int]
+    SHARE_FIELD_NUMBER: _ClassVar[int]
+    US_PER_STEP_FIELD_NUMBER: _ClassVar[int]
+    slot: str
+    share: float
+    us_per_step: float
+    def __init__(self, slot: _Optional[str] = ..., share: _Optional[float] = ..., us_per_step: _Optional[float] = ...) -> None: ...
 
 class StartCampaignRequest(_message.Message):
     __slots__ = ("model", "slots", "budget", "profile")
