@@ -71,3 +71,13 @@ async def export(url: str, directory: str, timeout_s: float = 120.0) -> ev.Expor
 async def start_campaign(url: str, request: ev.StartCampaignRequest, timeout_s: float = 30.0) -> ev.Campaign:
     data = await _request(url, subjects.CAMPAIGN_START, request.SerializeToString(), timeout_s)
     return parse(ev.Campaign, data, bounded=False)
+
+
+async def discover(url: str, model: str, tier: str = "slow", timeout_s: float = 10.0) -> str:
+    """The gRPC address of an engine host serving `model` at `tier`."""
+    request = ev.DiscoverRequest(model=model, tier=tier)
+    reply = parse(ev.EngineAddress, await _request(url, subjects.ENGINE_DISCOVER, request.SerializeToString(),
+                                                   timeout_s), bounded=False)
+    if reply.error or not reply.address:
+        raise StackUnavailable(f"engine.discover for {model!r} ({tier}): {reply.error or 'no address'}")
+    return reply.address

@@ -45,7 +45,7 @@ class DemoFailed(RuntimeError):
     pass
 
 
-async def _wait_ready(url: str, stack: Stack, timeout_s: float = 180.0) -> None:
+async def wait_ready(url: str, stack: Stack, timeout_s: float = 180.0) -> None:
     """Ready = the registry answers SQL and an engine host answers discovery."""
     import nats
 
@@ -87,7 +87,7 @@ async def _run_loop(options: DemoOptions, stack: Stack, started: float, live: Li
 
     url = stack.nats_url
     live.update(_status_line("waiting for services", started))
-    await _wait_ready(url, stack)
+    await wait_ready(url, stack)
     replay = asyncio.create_task(replay_trace(stack.url_for("traffic"), options.trace, options.speed, progress=False))
     replay_done_at: float | None = None
     last_move, seen = time.monotonic(), None

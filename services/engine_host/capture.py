@@ -27,7 +27,7 @@ from services.engine_host.cuda_graphs import DecodeGraphs
 from services.engine_host.inputs import clone_args
 from services.engine_host.models.llama import Transformer
 from services.engine_host.ops import OpTable
-from services.engine_host.protocol import OpTime, ProfileReport
+from services.engine_host.protocol import OpTime, ProfileReport, ShapeStep
 
 PER_SIGNATURE = 2  # argument sets kept per distinct argument shape (e.g. two layers' worth)
 CacheState = tuple[tuple[int, Tensor, Tensor], ...]  # (layer, k_cache, v_cache) clones
@@ -270,6 +270,7 @@ def profile(rt: ModelView, shapes: list[Shape], steps: int = 5) -> ProfileReport
     times: list[OpTime] = []
     step_total, weight_total = 0.0, 0.0
     eager_us: dict[str, float] = {}  # decode shapes timed through graphs: their eager step, for reference
+    shape_steps: list[ShapeStep] = []
     for shape in shapes:
         per_step: dict[str, list[float]] = defaultdict(list)
         calls: dict[str, int] = defaultdict(int)
@@ -292,7 +293,9 @@ def profile(rt: ModelView, shapes: list[Shape], steps: int = 5) -> ProfileReport
                 plain = _step_times(rt, partial(graphs.step, last, shape.context - 1), steps)
         for slot, values in per_step.items():
             times.append(OpTime(slot, shape, float(np.median(values)) * 1e6, calls[slot] // steps))
-        step_total += float(np.median(plain)) * 1e6 * shape.weight
+        shape_steps.append(ShapeStep(shape, float(np.median(plain)) * 1e6))
+        step_total += shape_steps[-1].step_us * shape.weight
         weight_total += shape.weight
         rt.progress(f"profiled {shape.key}")
-    return ProfileReport(tuple(times), step_total / max(weight_total, 1e-12), rt.graphs is not None, eager_us)
+    return ProfileReport(tuple(times), step_total / max(weight_total, 1e-12), rt.graphs is not None, eager_us,
+                         tuple(shape_steps))

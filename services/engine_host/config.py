@@ -48,6 +48,7 @@ class EngineHostConfig:
     threads: int = 1
     max_batch: int = 32
     max_tokens: int = 1024  # prefill buckets are cut to this many tokens (batch first)
+    max_seq: int = 0  # static KV cache length (decode attention reads all of it); 0: the model's own maximum
     max_shapes: int = 4  # the heaviest buckets a benchmark runs at
     rounds: int = 10
     samples: int = 5
@@ -83,6 +84,7 @@ class EngineHostConfig:
             threads=env.int("ENGINE_THREADS", 1),
             max_batch=env.int("ENGINE_MAX_BATCH", 32),
             max_tokens=env.int("ENGINE_MAX_TOKENS", 1024),
+            max_seq=env.int("ENGINE_MAX_SEQ", 0),
             max_shapes=env.int("ENGINE_MAX_SHAPES", 4),
             rounds=env.int("ENGINE_ROUNDS", 10),
             samples=env.int("ENGINE_SAMPLES", 5),

@@ -69,7 +69,7 @@ class Engine:
         self.config, self.model, self.data_dir = config, model, data_dir
         base = HarnessSpec(
             tier="fast", model=model, n_layers=config.fast_layers, seed=config.seed, device=config.device,
-            data_dir=str(data_dir), max_batch=config.max_batch, max_tokens=config.max_tokens,
+            data_dir=str(data_dir), max_batch=config.max_batch, max_tokens=config.max_tokens, max_seq=config.max_seq,
             max_shapes=config.max_shapes, threads=config.threads, rounds=config.rounds, samples=config.samples,
             target_sample_s=config.sample_s, noise_floor=config.noise_floor,
             capture_per_slot=config.capture_per_slot, checkpoint=config.checkpoint,
@@ -277,6 +277,9 @@ class Engine:
         for t in out.times:
             reply.times.append(es.SlotTime(slot=t.op, shape=protos.bucket(t.shape), median_us=t.median_us,
                                            calls_per_step=t.calls_per_step))
+        for st in out.shape_steps:
+            reply.steps.append(es.ShapeStep(shape=protos.bucket(st.shape), step_us=st.step_us,
+                                            tokens_per_s=st.tokens_per_s))
         return reply
 
     async def generate(self, req: es.GenerateRequest) -> es.GenerateReply:

@@ -196,9 +196,20 @@ class OpTime:
 @dataclass(frozen=True)
 class ProfileReport:
     times: tuple[OpTime, ...]
-    step_us: float
+    step_us: float  # weighted over the shapes
     graphs: bool = False
     eager_step_us: dict[str, float] = field(default_factory=dict)
+    shape_steps: tuple[ShapeStep, ...] = ()  # each shape's own step time: what tokens/s comes from
+
+
+@dataclass(frozen=True)
+class ShapeStep:
+    shape: Shape
+    step_us: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.shape.batch * self.shape.new_tokens / (self.step_us * 1e-6) if self.step_us > 0 else 0.0
 
 
 @dataclass(frozen=True)

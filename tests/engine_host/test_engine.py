@@ -198,18 +198,26 @@ async def test_generate_reference_vs_override(stub) -> None:
 
 
 async def test_profile_reports_every_slot_and_region(stub) -> None:
-    reply = await stub.Profile(es.ProfileRequest(shapes=SMALL))
+    shapes = [*SMALL, ev.ShapeBucket(phase=ev.PHASE_PREFILL, batch_size=2, context_len=9, weight=1.0)]
+    reply = await stub.Profile(es.ProfileRequest(shapes=shapes))
     assert {t.slot for t in reply.times} == {"rmsnorm", "add_rmsnorm", "rope", "attention", "silu_mul",
                                              "linear", "sample", "attn_block", "mlp_block", "layer", "step"}
     assert reply.step_us > 0 and all(t.median_us > 0 and t.calls_per_step >= 1 for t in reply.times)
     per = {(t.slot, t.shape.batch_size, t.shape.context_len): t for t in reply.times}
     linear = next(t for t in reply.times if t.slot == "linear")
     assert linear.calls_per_step == 5 * 4 + 1  # qkv, o, w1, w3, w2 in each of 4 layers + the LM head
-    for shape in SMALL:
+    for shape in shapes:
         at = {op: per[(op, shape.batch_size, shape.context_len)] for op in ("mlp_block", "layer", "step", "silu_mul")}
         assert at["mlp_block"].calls_per_step == at["layer"].calls_per_step == 4 and at["step"].calls_per_step == 1
         # a region's time holds the slots it nests: silu_mul < mlp_block < layer x 4 < step
         assert at["silu_mul"].median_us < at["mlp_block"].median_us < at["layer"].median_us < at["step"].median_us
+    # each shape's own step, and the tokens/s it gives (a prefill step computes batch x prompt tokens)
+    steps = {(s.shape.phase, s.shape.batch_size, s.shape.context_len): s for s in reply.steps}
+    assert len(steps) == len(shapes)
+    for shape in shapes:
+        st = steps[(shape.phase, shape.batch_size, shape.context_len)]
+        new = 1 if shape.phase == ev.PHASE_DECODE else shape.context_len
+        assert st.step_us > 0 and st.tokens_per_s == pytest.approx(shape.batch_size * new / (st.step_us * 1e-6))
 
 
 async def test_sandbox_crashes_leave_the_live_engine_and_a_dead_harness_comes_back(engine: Engine, stub) -> None:

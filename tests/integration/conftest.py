@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from services.console import client, progress
-from services.console.demo import _wait_ready
+from services.console import client, demo, progress
 from services.console.stack import Stack
 
 # Small campaigns keep the suite inside CI's budget on two cores.
@@ -43,7 +42,7 @@ def stack(tmp_path: Path, stack_env: dict[str, str]) -> Iterator[Stack]:
 
 
 async def wait_ready(stack: Stack) -> None:
-    await _wait_ready(stack.nats_url, stack)
+    await demo.wait_ready(stack.nats_url, stack)
 
 
 async def wait_campaigns_settled(stack: Stack, timeout_s: float) -> progress.Snapshot:

@@ -234,13 +234,25 @@ class SlotTime(_message.Message):
     calls_per_step: int
     def __init__(self, slot: _Optional[str] = ..., shape: _Optional[_Union[_events_pb2.ShapeBucket, _Mapping]] = ..., median_us: _Optional[float] = ..., calls_per_step: _Optional[int] = ...) -> None: ...
 
+class ShapeStep(_message.Message):
+    __slots__ = ("shape", "step_us", "tokens_per_s")
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    STEP_US_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    shape: _events_pb2.ShapeBucket
+    step_us: float
+    tokens_per_s: float
+    def __init__(self, shape: _Optional[_Union[_events_pb2.ShapeBucket, _Mapping]] = ..., step_us: _Optional[float] = ..., tokens_per_s: _Optional[float] = ...) -> None: ...
+
 class ProfileReply(_message.Message):
-    __slots__ = ("times", "step_us")
+    __slots__ = ("times", "step_us", "steps")
     TIMES_FIELD_NUMBER: _ClassVar[int]
     STEP_US_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
     times: _containers.RepeatedCompositeFieldContainer[SlotTime]
     step_us: float
-    def __init__(self, times: _Optional[_Iterable[_Union[SlotTime, _Mapping]]] = ..., step_us: _Optional[float] = ...) -> None: ...
+    steps: _containers.RepeatedCompositeFieldContainer[ShapeStep]
+    def __init__(self, times: _Optional[_Iterable[_Union[SlotTime, _Mapping]]] = ..., step_us: _Optional[float] = ..., steps: _Optional[_Iterable[_Union[ShapeStep, _Mapping]]] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
     __slots__ = ("prompt", "steps", "tier", "overrides", "return_logits", "reference_only")
