@@ -33,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from benchmarks.sections import SectionedRun  # noqa: E402
 from proto.gen.polymorph.v1 import engine_service_pb2 as es  # noqa: E402
 from proto.gen.polymorph.v1 import engine_service_pb2_grpc as es_grpc  # noqa: E402
 from proto.gen.polymorph.v1 import events_pb2 as ev  # noqa: E402
@@ -71,40 +72,15 @@ def key(b: ev.ShapeBucket | es.ShapeStep) -> str:
     return f"{PHASE_NAME.get(s.phase, '?')}.bs{s.batch_size}.t{s.context_len}"
 
 
-class Bench:
+class Bench(SectionedRun):
     def __init__(self, args: argparse.Namespace) -> None:
         self.args, self.out = args, Path(args.out)
-        self.began = time.perf_counter()
-        self.deadline = self.began + args.budget_s
-        self.res: dict[str, Any] = {
+        super().__init__(self.out / "campaign-h200.json", args.budget_s, {
             "meta": {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "smoke": args.smoke,
                      "command": " ".join(sys.argv), "commit": args.commit, "prompt_len": PROMPT,
                      "max_seq": MAX_SEQ},
-            "models": {}, "errors": {}, "sections_s": {},
-        }
-
-    def left(self) -> float:
-        return self.deadline - time.perf_counter()
-
-    def save(self) -> None:
-        self.res["meta"]["elapsed_s"] = round(time.perf_counter() - self.began, 1)
-        (self.out / "campaign-h200.json").write_text(json.dumps(self.res, indent=1, default=str))
-
-    def section(self, name: str, fn: Any, need_s: float) -> None:
-        if self.left() < need_s:
-            self.res["errors"][name] = f"skipped: {self.left():.0f} s left, needs ~{need_s:.0f}"
-            print(f"## {name}: skipped", flush=True)
-            self.save()
-            return
-        print(f"## {name} ({self.left():.0f} s left)", flush=True)
-        t = time.perf_counter()
-        try:
-            fn()
-        except Exception as exc:
-            self.res["errors"][name] = "".join(traceback.format_exception(exc))[-3000:]
-            print(self.res["errors"][name], flush=True)
-        self.res["sections_s"][name] = round(time.perf_counter() - t, 1)
-        self.save()
+            "models": {},
+        })
 
 
 # -- the loop on the real stack -------------------------------------------------------------------
@@ -323,9 +299,9 @@ def main() -> None:
     wanted = set(args.sections.split(","))
     for model in args.models.split(","):
         if "loop" in wanted:
-            b.section(f"{model}.loop", lambda model=model: loop_section(b, model), 120)
+            b.section(f"{model}.loop", partial(loop_section, b, model), 120)
         if "compile" in wanted:
-            b.section(f"{model}.compile", lambda model=model: compile_section(b, model), 60)
+            b.section(f"{model}.compile", partial(compile_section, b, model), 60)
     print(table(b.res), flush=True)
     b.save()
 

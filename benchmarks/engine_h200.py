@@ -26,7 +26,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="triton-engine
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from benchmarks.sections import SectionedRun  # noqa: E402
 from services.common.shapes import Shape  # noqa: E402
 from services.engine_host.cuda_graphs import DecodeGraphs, prefill  # noqa: E402
 from services.engine_host.gpu_faults import faulting_triton_rmsnorm  # noqa: E402
@@ -63,16 +63,14 @@ SLOT = "rmsnorm"
 SLOW_START_NEED_S = 90  # the big model's slow-tier start and hot swaps
 
 
-class Bench:
+class Bench(SectionedRun):
     def __init__(self, out: Path, smoke: bool, budget_s: float) -> None:
         self.out, self.smoke = out, smoke
-        self.began = time.perf_counter()
-        self.deadline = self.began + budget_s
-        self.res: dict[str, Any] = {
+        super().__init__(out / "engine-h200.json", budget_s, {
             "meta": {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "smoke": smoke,
                      "command": " ".join(sys.argv), "prompt_len": PROMPT, "max_seq": MAX_SEQ},
-            "metrics": {}, "errors": {}, "sections_s": {},
-        }
+            "metrics": {},
+        })
         self.tmp = Path(tempfile.mkdtemp(prefix="engine-bench-"))
         self.models: dict[str, Any] = {}
         self.tiers: dict[str, Any] = {}
@@ -84,36 +82,15 @@ class Bench:
         self.stream = 4 if smoke else 60  # fast-tier candidates in the throughput stream
         self.rank_rounds = 6 if smoke else 20  # timing rounds of each rank candidate on each tier
 
-    def left(self) -> float:
-        return self.deadline - time.perf_counter()
-
     def m(self, key: str, value: Any) -> None:
         self.res["metrics"][key] = value
-
-    def save(self) -> None:
-        self.res["meta"]["elapsed_s"] = round(time.perf_counter() - self.began, 1)
-        (self.out / "engine-h200.json").write_text(json.dumps(self.res, indent=1, default=str))
 
     def selected(self, name: str) -> bool:
         return not self.only or name.startswith(self.only)
 
     def section(self, name: str, fn: Any, need_s: float) -> None:
-        if not self.selected(name):
-            return
-        if self.left() < need_s:
-            self.res["errors"][name] = f"skipped: {self.left():.0f} s left, needs ~{need_s:.0f}"
-            print(f"## {name}: skipped", flush=True)
-            self.save()
-            return
-        print(f"## {name} ({self.left():.0f} s left)", flush=True)
-        t = time.perf_counter()
-        try:
-            fn()
-        except Exception as exc:
-            self.res["errors"][name] = "".join(traceback.format_exception(exc))[-2000:]
-            print(self.res["errors"][name], flush=True)
-        self.res["sections_s"][name] = round(time.perf_counter() - t, 1)
-        self.save()
+        if self.selected(name):
+            super().section(name, fn, need_s)
 
 
 # -- helpers ------------------------------------------------------------------------------------

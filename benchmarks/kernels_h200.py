@@ -48,6 +48,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from benchmarks.sections import SectionedRun  # noqa: E402
+
 PROMPT, MAX_SEQ, GEN = 1020, 1152, 128
 MODELS: dict[str, dict[str, int]] = {
     "llama-3.2-1b": dict(E=2048, I=8192, Hq=32, Hkv=8, D=64, V=128256),
@@ -98,45 +100,17 @@ SMOKE_MODELS = {"llama-tiny": dict(E=256, I=688, Hq=8, Hkv=4, D=32, V=2048)}
 
 
 # -- bookkeeping ------------------------------------------------------------------------------------
-class Run:
+class Run(SectionedRun):
     def __init__(self, out: Path, budget_s: float, smoke: bool, commit: str) -> None:
         self.out, self.smoke = out, smoke
-        self.began = time.perf_counter()
-        self.deadline = self.began + budget_s
         self.bw = 4.2e12  # replaced by the measured copy bandwidth
-        self.res: dict[str, Any] = {
+        super().__init__(out / "kernels-h200.json", budget_s, {
             "meta": {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "commit": commit,
                      "command": " ".join(["python3", "benchmarks/kernels_h200.py", *sys.argv[1:]]),
                      "prompt_len": PROMPT, "max_seq": MAX_SEQ, "smoke": smoke, "device_kind": DEVICE},
-            "env": {}, "ops": {}, "best": {}, "e2e": {}, "errors": {}, "sections_s": {},
-        }
+            "env": {}, "ops": {}, "best": {}, "e2e": {},
+        })
         self.tmp = Path(tempfile.mkdtemp(prefix="kernels-bench-"))
-
-    def left(self) -> float:
-        return self.deadline - time.perf_counter()
-
-    def save(self) -> None:
-        self.res["meta"]["elapsed_s"] = round(time.perf_counter() - self.began, 1)
-        path = self.out / "kernels-h200.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.res, indent=1, default=str))
-        tmp.replace(path)
-
-    def section(self, name: str, fn: Callable[[], None], need_s: float) -> None:
-        if self.left() < need_s:
-            self.res["errors"][name] = f"skipped: {self.left():.0f} s left, needs ~{need_s:.0f}"
-            print(f"## {name}: skipped ({self.left():.0f} s left)", flush=True)
-            self.save()
-            return
-        print(f"## {name} ({self.left():.0f} s left)", flush=True)
-        t = time.perf_counter()
-        try:
-            fn()
-        except Exception as exc:
-            self.res["errors"][name] = "".join(traceback.format_exception(exc))[-3000:]
-            print(self.res["errors"][name], flush=True)
-        self.res["sections_s"][name] = round(time.perf_counter() - t, 1)
-        self.save()
 
 
 def _templates() -> Any:

@@ -268,7 +268,6 @@ def profile(rt: ModelView, shapes: list[Shape], steps: int = 5) -> ProfileReport
     """Per-slot and per-region time per step (sum over its calls) and whole-step time, at each shape.
     Guidance for campaigns (where the time goes), never a verdict: it runs in the live engine."""
     times: list[OpTime] = []
-    step_total, weight_total = 0.0, 0.0
     eager_us: dict[str, float] = {}  # decode shapes timed through graphs: their eager step, for reference
     shape_steps: list[ShapeStep] = []
     for shape in shapes:
@@ -294,8 +293,5 @@ def profile(rt: ModelView, shapes: list[Shape], steps: int = 5) -> ProfileReport
         for slot, values in per_step.items():
             times.append(OpTime(slot, shape, float(np.median(values)) * 1e6, calls[slot] // steps))
         shape_steps.append(ShapeStep(shape, float(np.median(plain)) * 1e6))
-        step_total += shape_steps[-1].step_us * shape.weight
-        weight_total += shape.weight
         rt.progress(f"profiled {shape.key}")
-    return ProfileReport(tuple(times), step_total / max(weight_total, 1e-12), rt.graphs is not None, eager_us,
-                         tuple(shape_steps))
+    return ProfileReport(tuple(times), tuple(shape_steps), rt.graphs is not None, eager_us)

@@ -196,10 +196,15 @@ class OpTime:
 @dataclass(frozen=True)
 class ProfileReport:
     times: tuple[OpTime, ...]
-    step_us: float  # weighted over the shapes
+    shape_steps: tuple[ShapeStep, ...]  # each shape's own step time: what tokens/s comes from
     graphs: bool = False
     eager_step_us: dict[str, float] = field(default_factory=dict)
-    shape_steps: tuple[ShapeStep, ...] = ()  # each shape's own step time: what tokens/s comes from
+
+    @property
+    def step_us(self) -> float:
+        """The step time weighted over the shapes."""
+        weight = sum(st.shape.weight for st in self.shape_steps)
+        return sum(st.step_us * st.shape.weight for st in self.shape_steps) / weight if weight > 0 else 0.0
 
 
 @dataclass(frozen=True)
