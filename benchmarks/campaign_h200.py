@@ -41,6 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from benchmarks.gpu_census import GpuCensus, harness_pids  # noqa: E402
 from benchmarks.sections import SectionedRun  # noqa: E402
 from proto.gen.polymorph.v1 import engine_service_pb2 as es  # noqa: E402
 from proto.gen.polymorph.v1 import engine_service_pb2_grpc as es_grpc  # noqa: E402
@@ -159,6 +160,12 @@ def loop_section(b: Bench, model: str) -> None:
     data = Path(tempfile.mkdtemp(prefix=f"campaign-{model}-"))
     buckets = shapes(b.args.smoke)
     with Stack(data, extra_env=stack_env(model, b.args.smoke), port=-1) as stack:
+        def names() -> dict[int, str]:
+            return {**{proc.pid: name for name, proc in stack.processes.items()},
+                    **harness_pids(stack.log_dir / "engine_host.log")}
+
+        census = GpuCensus(names)
+
         async def run() -> None:
             url = stack.nats_url
             await wait_ready(url, stack, timeout_s=900)
@@ -177,8 +184,10 @@ def loop_section(b: Bench, model: str) -> None:
             rec["greedy"] = await greedy_agreement(address, vocab, prompts=2 if b.args.smoke else 4, steps=32)
 
         try:
-            asyncio.run(run())
+            with census:
+                asyncio.run(run())
         finally:
+            rec["gpu_memory"] = census.report()
             rec["logs"] = str(stack.log_dir)
             if not b.args.smoke:  # the device machine's disk goes with it: keep the tails
                 rec["log_tails"] = {p.stem: p.read_text(errors="replace").splitlines()[-20:]

@@ -3,7 +3,13 @@
 Capture runs the model at traffic shapes (prefill on prompts, then decode steps), records a few
 cloned argument sets per slot, and each region module's first call with the KV cache it read, and
 keeps them as named input sets ("captured:<n>") for benchmarks, RunOp and the verifier. Profile
-wraps every slot with a timer for a few steps and times whole steps unwrapped.
+attributes a few steps' time to every slot and region, and times whole steps unwrapped (on a GPU
+through the bucket's CUDA graph, as production runs them).
+
+On a GPU the attribution is device time: the kernels each slot's calls launched, from torch's
+profiler (a synchronise around every call would add its launch and sync to every small op, and an
+eager op's launch overhead is what the graphs remove: rope looked like 80 % of a step). On the CPU,
+where an op's time is its wall time, each call is timed.
 """
 
 from __future__ import annotations
@@ -146,19 +152,21 @@ def region_layers(model: Transformer, region: str) -> list[int]:
     return [0] if region in ("attn_block", "layer") else []
 
 
-def cache_state(model: Transformer, layers: list[int]) -> CacheState:
+def cache_state(model: Transformer, layers: list[int], batch: int) -> CacheState:
+    """The rows a step of `batch` sequences reads (the static cache is sized for the largest batch:
+    a whole-cache copy per captured region at batch 1 would cost max_batch times what it reads)."""
     out = []
     for i in layers:
         cache = model.kv_cache(i)
-        out.append((i, cache.k_cache.clone(), cache.v_cache.clone()))
+        out.append((i, cache.k_cache[:batch].clone(), cache.v_cache[:batch].clone()))
     return tuple(out)
 
 
 def restore_caches(model: Transformer, state: CacheState) -> None:
     for i, k, v in state:
         cache = model.kv_cache(i)
-        cache.k_cache.copy_(k)
-        cache.v_cache.copy_(v)
+        cache.k_cache[: k.shape[0]].copy_(k)
+        cache.v_cache[: v.shape[0]].copy_(v)
 
 
 def _region_hooks(rt: ModelView, recorded: dict[str, list[Captured]]) -> list[Any]:
@@ -173,8 +181,10 @@ def _region_hooks(rt: ModelView, recorded: dict[str, list[Captured]]) -> list[An
             if not recorded[region]:
                 bound = signature.bind(mod, *args, **kwargs)
                 bound.apply_defaults()
-                recorded[region].append(Captured("", "", clone_args(tuple(bound.arguments.values())[1:]),
-                                                 cache_state(rt.model, region_layers(rt.model, region))))
+                args = tuple(bound.arguments.values())[1:]
+                batch = int(args[0].shape[0])  # x [B,S,E] (blocks) or token ids [B,S] (step)
+                recorded[region].append(Captured("", "", clone_args(args),
+                                                 cache_state(rt.model, region_layers(rt.model, region), batch)))
 
         handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
     return handles
@@ -264,6 +274,84 @@ def _step_times(rt: ModelView, run: Callable[[], Any], steps: int) -> list[float
     return times
 
 
+RANGE = "polymorph."  # profiler ranges: one per slot call and per region module forward
+
+
+@contextmanager
+def _ranges(rt: ModelView) -> Iterator[None]:
+    from torch.profiler import record_function
+
+    def wrap(slot: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def ranged(*args: Any) -> Any:
+            with record_function(RANGE + slot):
+                return fn(*args)
+
+        return ranged
+
+    open_ranges: dict[int, list[Any]] = defaultdict(list)
+    handles = []
+
+    def pre_for(region: str) -> Callable[..., None]:
+        def pre(module: torch.nn.Module, args: Any) -> None:
+            rf = record_function(RANGE + region)
+            rf.__enter__()
+            open_ranges[id(module)].append(rf)
+
+        return pre
+
+    def post(module: torch.nn.Module, args: Any, out: Any) -> None:
+        open_ranges[id(module)].pop().__exit__(None, None, None)
+
+    for region in REGIONS:
+        for module in rt.table.modules(region):
+            handles += [module.register_forward_pre_hook(pre_for(region)), module.register_forward_hook(post)]
+    try:
+        with rt.table.wrapped(wrap):
+            yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _device_times(rt: ModelView, step: Callable[[], Any], steps: int) -> tuple[dict[str, list[float]], dict[str, int]]:
+    """Per slot and region: device µs per step (every kernel its calls launched, nested ones included)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with _ranges(rt):
+            for _ in range(steps):
+                step()
+        _sync(rt)
+    total: dict[str, float] = defaultdict(float)
+    count: dict[str, int] = defaultdict(int)
+    for evt in prof.events():
+        # the CPU-side range: its device time sums the kernels of the ops inside it (the GPU-side copy
+        # of a user range spans idle gaps too, and would count twice)
+        if evt.name.startswith(RANGE) and evt.device_type == DeviceType.CPU:
+            name = evt.name[len(RANGE):]
+            total[name] += evt.device_time_total
+            count[name] += 1
+    if not any(total.values()):
+        raise RuntimeError("the profiler saw no kernels (no CUPTI?)")
+    return {k: [v / steps] for k, v in total.items()}, dict(count)
+
+
+def _wall_times(rt: ModelView, step: Callable[[], Any], steps: int) -> tuple[dict[str, list[float]], dict[str, int]]:
+    """Per slot and region: wall µs per step, each call between synchronises."""
+    per_step: dict[str, list[float]] = defaultdict(list)
+    calls: dict[str, int] = defaultdict(int)
+    acc: dict[str, float] = defaultdict(float)
+    with rt.table.wrapped(_timer(rt, acc, calls)), _region_timers(rt, acc, calls):
+        for _ in range(steps):
+            acc.clear()
+            step()
+            for slot, seconds in acc.items():
+                per_step[slot].append(seconds * 1e6)
+    return per_step, dict(calls)
+
+
 def profile(rt: ModelView, shapes: list[Shape], steps: int = 5) -> ProfileReport:
     """Per-slot and per-region time per step (sum over its calls) and whole-step time, at each shape.
     Guidance for campaigns (where the time goes), never a verdict: it runs in the live engine."""
@@ -271,17 +359,17 @@ def profile(rt: ModelView, shapes: list[Shape], steps: int = 5) -> ProfileReport
     eager_us: dict[str, float] = {}  # decode shapes timed through graphs: their eager step, for reference
     shape_steps: list[ShapeStep] = []
     for shape in shapes:
-        per_step: dict[str, list[float]] = defaultdict(list)
-        calls: dict[str, int] = defaultdict(int)
-        acc: dict[str, float] = defaultdict(float)
         with torch.inference_mode(), at_shape(rt, shape) as step:
             step()  # warm-up
-            with rt.table.wrapped(_timer(rt, acc, calls)), _region_timers(rt, acc, calls):
-                for _ in range(steps):
-                    acc.clear()
-                    step()
-                    for slot, seconds in acc.items():
-                        per_step[slot].append(seconds)
+            per_step: dict[str, list[float]] | None = None
+            calls: dict[str, int] = {}
+            if rt.device.type == "cuda":
+                try:
+                    per_step, calls = _device_times(rt, step, steps)
+                except RuntimeError as exc:
+                    rt.progress(f"device-time profile unavailable, timing each call: {exc}")
+            if per_step is None:
+                per_step, calls = _wall_times(rt, step, steps)
             plain = _step_times(rt, step, steps)
             if rt.graphs is not None and shape.phase == "decode":
                 # what a decode step costs in production: one replay of the bucket's CUDA graph
@@ -291,7 +379,7 @@ def profile(rt: ModelView, shapes: list[Shape], steps: int = 5) -> ProfileReport
                 graphs.step(last, shape.context - 1)  # (re)captures the bucket if needed
                 plain = _step_times(rt, partial(graphs.step, last, shape.context - 1), steps)
         for slot, values in per_step.items():
-            times.append(OpTime(slot, shape, float(np.median(values)) * 1e6, calls[slot] // steps))
+            times.append(OpTime(slot, shape, float(np.median(values)), calls.get(slot, 0) // steps))
         shape_steps.append(ShapeStep(shape, float(np.median(plain)) * 1e6))
         rt.progress(f"profiled {shape.key}")
     return ProfileReport(tuple(times), tuple(shape_steps), rt.graphs is not None, eager_us)

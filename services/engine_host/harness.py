@@ -71,5 +71,10 @@ def _serve(conn: Connection, harness: Any, torch: Any) -> None:
             message = Refused(f"{type(exc).__name__}: {exc}")
         if probe_device():  # the harness never runs candidate code: a fault here is the device's
             os._exit(DEVICE_FAULT_EXIT)
+        if torch.cuda.is_initialized():
+            # both tiers, their sandboxes and the live engine share one device: what a command's buffers
+            # took goes back to it, not into this process's cache until the next command (the other
+            # tier ran out of memory beside a harness that kept its peak)
+            torch.cuda.empty_cache()
         conn.send(message)
 

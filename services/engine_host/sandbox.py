@@ -64,4 +64,6 @@ def sandbox_main(conn: Connection, spec: SandboxSpec) -> None:
         # a device fault leaves the CUDA context dead: leave, the harness replaces this sandbox
         if probe_device():
             os._exit(DEVICE_FAULT_EXIT)
+        if not isinstance(command, Calls) and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()  # the device is shared with the other tier (harness.py); never between timed calls
         conn.send(message)
