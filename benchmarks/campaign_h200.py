@@ -176,6 +176,8 @@ def loop_section(b: Bench, model: str) -> None:
             limit = min(b.args.campaign_s, max(b.left() - 120, 30))
             rec["campaign"] = await campaign(url, model, buckets, b.args.campaign_budget, limit)
             b.save()
+            if not rec["campaign"]["settled"]:  # its candidates still run on the same GPU as the profile
+                rec["after_caveat"] = "campaign still running when 'after' was profiled (it shares the GPU)"
             rec["installed"] = await installed(address)
             print(f"  installed on the live engine: {rec['installed']}", flush=True)
             rec["after"] = await profile(address, buckets)

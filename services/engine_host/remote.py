@@ -11,6 +11,7 @@ that no output changed after "done", and that no input was written. A timed call
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from services.common.slot_specs import OPS
 from services.common.tensors import compare_all, same_bits
@@ -29,6 +31,7 @@ from services.engine_host.workitems import Buffers, WorkItem, is_poison
 
 CHECKS_PER_SAMPLE = 2  # timed calls of the candidate checked against the reference, per sample
 CALIBRATION_CALLS = 8  # calls timed together to estimate one call's time
+SESSION_BYTES = 6 << 30  # input and output sets one benchmark holds at once (both tiers share a GPU)
 
 
 class CandidateFailed(Exception):
@@ -49,13 +52,14 @@ class Session:
     """The items of one benchmark or run, their shared buffers and the reference that checks them."""
 
     def __init__(self, items: list[WorkItem], reference: Callable[..., Any], model: Transformer | None,
-                 device: torch.device, seed: int, timeout_s: float) -> None:
+                 device: torch.device, seed: int, timeout_s: float, budget_bytes: int = SESSION_BYTES) -> None:
         self.items = {it.key: it for it in items}
         self.reference, self.model, self.device, self.timeout_s = reference, model, device, timeout_s
         self.gen = torch.Generator(device=device).manual_seed(seed)
         self.rng = random.Random(seed ^ 0x5EED)  # which calls get checked: drawn after the calls ran
         self.buffers: dict[str, Buffers] = {}
         self.expect: dict[str, tuple[OutputMeta, ...]] = {}
+        self.budget_bytes = budget_bytes
         self.checked = 0
         self.timed = 0
 
@@ -63,6 +67,18 @@ class Session:
         if item.caches and self.model is not None:
             restore_caches(self.model, item.caches)
         return as_outputs(self.reference(*args))
+
+    def max_sets(self, item: WorkItem) -> int:
+        """Input sets an item may hold: its share of the session's budget (every item's buffers stay
+        allocated for the whole comparison, so 30 items of 200 sets each took 50 GB of an H100) over
+        what one set costs (fresh arguments in three copies, the outputs), never below calibration's."""
+        if item.key not in self.expect:
+            self.expect[item.key] = output_meta(self.reference_out(item, item.bases[0]))
+        first = item.bases[0]
+        fresh = sum(first[a].nbytes for a in OPS[item.op].fresh if a < len(first) and isinstance(first[a], Tensor))
+        outputs = sum(math.prod(m.shape) * getattr(torch, m.dtype).itemsize for m in self.expect[item.key])
+        share = self.budget_bytes // max(len(self.items), 1)
+        return max(CALIBRATION_CALLS, len(item.bases), share // max(3 * fresh + outputs, 1))
 
     def bufs(self, item: WorkItem, need: int) -> Buffers:
         have = self.buffers.get(item.key)
@@ -213,6 +229,9 @@ class RemoteRunner:
 
     def overhead_s(self, item: Any) -> float:
         return self.rtt.get(item.key, 0.0)
+
+    def max_calls(self, item: Any) -> int:
+        return self.session.max_sets(item)
 
     def sample(self, item: Any, calls: int, offset: int) -> float:
         bufs = self._ready(item, calls)

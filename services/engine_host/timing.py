@@ -36,6 +36,10 @@ class Runner(Protocol):
         """Fixed cost of one sample that is not the op (a round trip to another process), as measured."""
         ...
 
+    def max_calls(self, item: Item) -> int:
+        """The most calls one sample may make (each call has an input set of its own, in memory)."""
+        ...
+
 
 @dataclass
 class Item:
@@ -142,7 +146,8 @@ def compare(
     for item in items:
         once = [side.calibrate(item, s.warmup_calls) for side in sides]
         overhead = common_overhead_s(sides, item)
-        inner[item.key] = min(_calls_per_sample(one, s, overhead) for one in once)
+        inner[item.key] = min(min(_calls_per_sample(one, s, overhead) for one in once),
+                              *(side.max_calls(item) for side in sides))
         progress(f"warm {item.key}")
     weights = np.array([it.weight for it in items])
     samples = max(s.samples, 2)  # the A/A spread compares a side's even and odd samples
