@@ -133,7 +133,19 @@ def test_generation_comparison() -> None:
     ok = _compare_generation("p", generation([1, 2, 3, 4], logits + 1e-6), ref, 1e-3)
     assert isinstance(ok, tuple) and ok[1] < 1e-3
     diverged = _compare_generation("p", generation([1, 2, 9, 4], logits), ref, 1e-3)
-    assert isinstance(diverged, str) and "diverge at step 2" in diverged
+    assert isinstance(diverged, str) and "diverge at step 2" in diverged and "no near-tie" in diverged
+    # the reference barely prefers token 3 over 9 at step 2: a flip there is a tie, compared up to it
+    tied = logits.clone()
+    tied[2, 3], tied[2, 9] = 5.0, 5.0 - 1e-4
+    flipped = tied.clone()
+    flipped[2, 9] = 5.0 + 1e-4
+    parted = _compare_generation("p", generation([1, 2, 9, 7], flipped), generation([1, 2, 3, 4], tied), 1e-3)
+    assert isinstance(parted, tuple) and parted[2] == 2
+    # a flip at a tie still needs logits within tolerance up to that step
+    moved = flipped.clone()
+    moved[1] += 0.5
+    assert "at step 1" in _compare_generation("p", generation([1, 2, 9, 7], moved), generation([1, 2, 3, 4], tied),
+                                              1e-3)
     drift = logits.clone()
     drift[3] += 0.5
     drifted = _compare_generation("p", generation([1, 2, 3, 4], drift), ref, 1e-3)
