@@ -31,6 +31,7 @@ from services.agent_pool.state import COMPLETED, FAILED, CampaignRecord, Store
 from services.common import metrics, subjects
 from services.common.bus import Bus
 from services.common.log import get_logger
+from services.common.slot_specs import SLOTS
 
 if TYPE_CHECKING:  # the LLM client is imported only where an endpoint is configured
     from services.agent_pool.agents.llm import LlmAgent
@@ -240,7 +241,7 @@ class CampaignRun:
     async def _ask(self, slot: str) -> list[Proposal]:
         ctx = self.context(slot)
         llm = self.deps.llm
-        if llm is not None and llm.available(self.campaign_id):
+        if llm is not None and slot in SLOTS and llm.available(self.campaign_id):  # its prompt knows slots only
             made = sum(1 for t in ctx.trials if t.agent == llm.name)
             if made < self.cfg.llm.share * (len(ctx.trials) + 1):
                 proposals = await llm.propose(ctx, 1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from services.common.config import ConfigError, Env
-from services.common.slot_specs import SLOTS
+from services.common.slot_specs import OPS
 
 TRITON_MODES = ("auto", "on", "off")
 
@@ -49,9 +49,9 @@ class AgentPoolConfig:
     @classmethod
     def from_env(cls, env: Env) -> AgentPoolConfig:
         slots = tuple(s.strip() for s in env.str("AGENT_SLOTS", "").split(",") if s.strip())
-        unknown = [s for s in slots if s not in SLOTS]
+        unknown = [s for s in slots if s not in OPS]
         if unknown:
-            raise ConfigError(f"POLYMORPH_AGENT_SLOTS names unknown slots {unknown}; known {sorted(SLOTS)}")
+            raise ConfigError(f"POLYMORPH_AGENT_SLOTS names unknown slots {unknown}; known {sorted(OPS)}")
         triton = env.str("AGENT_TRITON", "auto").lower()
         if triton not in TRITON_MODES:
             raise ConfigError(f"POLYMORPH_AGENT_TRITON={triton!r} is not one of {TRITON_MODES}")

@@ -35,7 +35,7 @@ from services.common import metrics, subjects
 from services.common.bus import Bus, Delivery, Poison
 from services.common.config import CommonSettings
 from services.common.log import get_logger
-from services.common.slot_specs import SLOTS
+from services.common.slot_specs import OPS
 
 log = get_logger("agent_pool")
 DRIFT_DELIVERIES = 6  # a drift for a model no engine serves is retried this often, then refused
@@ -69,10 +69,6 @@ class AgentPoolService:
         self.board: Board | None = None
         self._bus: Bus | None = None
         self._deps: Deps | None = None
-
-    @property
-    def default_slots(self) -> tuple[str, ...]:
-        return self.cfg.slots or library.SLOTS
 
     # -- lifecycle --------------------------------------------------------------------------------
     async def start(self, bus: Bus) -> None:
@@ -131,16 +127,20 @@ class AgentPoolService:
 
     async def _new_record(self, campaign_id: str, model: str, slots: list[str], budget: int,
                           trigger: str, profile: ev.TrafficProfile) -> CampaignRecord:
-        campaign = ev.Campaign(
-            campaign_id=campaign_id, model=model, slots=slots, trigger=trigger, budget=budget,
-            state=ev.CAMPAIGN_STATE_RUNNING, profile=profile, started_unix=time.time(),
-        )
+        """`slots` empty: POLYMORPH_AGENT_SLOTS, else every library slot plus, where Triton runs on the
+        engine's hardware, the fused regions."""
         assert self._bus is not None
         engine = await discover(self._bus, model, self.cfg.discover_timeout_s)
         if engine is None:
             raise NoEngine(f"no engine serves model {model!r} (none answered engine.discover within "
                            f"{self.cfg.discover_timeout_s:.0f} s)")
-        return CampaignRecord(campaign, RUNNING, triton_for(self.cfg.triton, engine))
+        triton = triton_for(self.cfg.triton, engine)
+        campaign = ev.Campaign(
+            campaign_id=campaign_id, model=model, slots=slots or list(self.cfg.slots or library.campaign_ops(triton)),
+            trigger=trigger, budget=budget, state=ev.CAMPAIGN_STATE_RUNNING, profile=profile,
+            started_unix=time.time(),
+        )
+        return CampaignRecord(campaign, RUNNING, triton)
 
     async def _begin(self, record: CampaignRecord) -> None:
         assert self._deps is not None
@@ -168,7 +168,7 @@ class AgentPoolService:
         model = drift.current.model or self.common.model
         try:
             record = await self._new_record(
-                campaign_id, model, list(self.default_slots), self.cfg.budget, drift.drift_id, drift.current
+                campaign_id, model, [], self.cfg.budget, drift.drift_id, drift.current
             )
         except NoEngine as exc:
             if delivery.num_delivered >= DRIFT_DELIVERIES:
@@ -189,7 +189,7 @@ class AgentPoolService:
         log.info("drift queued behind a running campaign", campaign=campaign_id, model=model, drift=drift.drift_id)
 
     async def _on_start_request(self, request: ev.StartCampaignRequest) -> ev.Campaign:
-        slots = list(dict.fromkeys(request.slots)) or list(self.default_slots)
+        slots = list(dict.fromkeys(request.slots))  # empty: the defaults for the engine's hardware
         model = request.model  # required: an empty request is garbage, not "the default campaign"
         why = self._refusal(slots, request.budget) or (None if model else "a campaign request must name its model")
         record = None
@@ -206,9 +206,9 @@ class AgentPoolService:
         return record.campaign
 
     def _refusal(self, slots: list[str], budget: int) -> str | None:
-        unknown = [s for s in slots if s not in SLOTS]
+        unknown = [s for s in slots if s not in OPS]
         if unknown:
-            return f"unknown slots {unknown}; known {sorted(SLOTS)}"
+            return f"unknown slots {unknown}; known {sorted(OPS)}"
         if not 0 <= budget <= self.cfg.max_budget:
             return f"budget {budget} is outside 0..{self.cfg.max_budget} (0: the default, {self.cfg.budget})"
         if self._at_capacity():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from proto.gen.polymorph.v1 import events_pb2 as ev
+from services.agent_pool import library
 from services.agent_pool.agents.search import distance
 from services.common import subjects
 from services.common.bus import Bus
@@ -205,3 +206,17 @@ async def test_drifts_during_a_campaign_queue_and_only_the_newest_runs_next(bus:
     # c superseded b: the newest traffic profile is the one worth tuning for
     assert [c.trigger for c in completed.items] == ["drift-a", "drift-c"]
     assert [c.trigger for c in started.items] == ["drift-a", "drift-c"]
+
+
+async def test_a_default_campaign_where_triton_runs_aims_at_the_fused_regions_too(bus: Bus, pool) -> None:
+    await pool(campaign_budget=12, agent_in_flight=12, agent_triton="on", agent_aim="false")
+    engine = await FakeEngine(bus).start()
+    ok = await bus.request(subjects.CAMPAIGN_START, ev.StartCampaignRequest(model="llama-tiny", budget=12,
+                                                                            profile=ev.TrafficProfile(buckets=BUCKETS)),
+                           ev.Campaign)
+    assert ok.state == ev.CAMPAIGN_STATE_RUNNING
+    assert set(ok.slots) == set(library.SLOTS) | {"attn_block", "mlp_block", "layer"}
+    await wait_for(lambda: len(engine.candidates) == 12)
+    regions = [c for c in engine.candidates if c.slot in ("attn_block", "mlp_block", "layer")]
+    assert {c.slot for c in regions} == {"attn_block", "mlp_block", "layer"}
+    assert all(c.backend == ev.BACKEND_TRITON and f'REGION = "{c.slot}"' in c.source for c in regions)

@@ -16,7 +16,7 @@ from services.agent_pool.library.norm import ADD_RMSNORM, RMSNORM
 from services.agent_pool.library.rope import ROPE
 from services.agent_pool.library.sample import SAMPLE
 from services.common.log import get_logger
-from services.common.slot_specs import candidate_id
+from services.common.slot_specs import REGIONS, candidate_id
 
 log = get_logger("agent_pool.library")
 
@@ -24,6 +24,17 @@ TEMPLATES: dict[str, Template] = {
     t.slot: t for t in (RMSNORM, ADD_RMSNORM, SILU_MUL, ROPE, ATTENTION, LINEAR, SAMPLE)
 }
 SLOTS: tuple[str, ...] = tuple(TEMPLATES)
+
+
+def campaign_ops(triton: bool) -> tuple[str, ...]:
+    """What a campaign aims at when it names nothing: every library slot and, where Triton runs, the
+    regions that have a Triton template (fused blocks are where a batch-1 step's launches go; on the
+    CPU the interpreter makes them minutes a call, and they have no torch formulation to search)."""
+    if not triton:
+        return SLOTS
+    from services.agent_pool.library import triton as triton_library
+
+    return SLOTS + tuple(r for r in REGIONS if r in triton_library.TEMPLATES)
 
 
 @dataclass(frozen=True)
@@ -89,4 +100,4 @@ def reference_source(slot: str) -> str:
     return TEMPLATES[slot].render({})
 
 
-__all__ = ["SLOTS", "TEMPLATES", "Config", "candidate_id", "reference_source", "render", "space"]
+__all__ = ["SLOTS", "TEMPLATES", "Config", "campaign_ops", "candidate_id", "reference_source", "render", "space"]
