@@ -27,6 +27,7 @@ from services.agent_pool.agents.base import LOST, OK, Agent, Proposal, SlotConte
 from services.agent_pool.agents.search import SearchAgent
 from services.agent_pool.board import Board
 from services.agent_pool.config import AgentPoolConfig
+from services.agent_pool.hardware import discover
 from services.agent_pool.state import COMPLETED, FAILED, CampaignRecord, Store
 from services.common import metrics, subjects
 from services.common.bus import Bus
@@ -101,6 +102,8 @@ class CampaignRun:
         self._wake = asyncio.Event()
         c = record.campaign
         self.header = provenance(c.model, list(c.profile.buckets))
+        self.priors: dict[str, list[ev.Experience]] | None = None  # warm start: fetched once per run
+        self.hardware = ""
         self.compile_cap = int(c.budget * self.cfg.compile_share)
 
     @property
@@ -153,6 +156,8 @@ class CampaignRun:
         """One round; True once the campaign completed."""
         if not self.record.announced and not (self.campaign.step_us or self.campaign.profile_error):
             await self._aim()
+        if self.priors is None:
+            self.priors = await self._experience()
         if not self.record.announced:
             await self.deps.bus.publish(subjects.CAMPAIGN_STARTED, self.campaign, msg_id=f"{self.campaign_id}:running")
             self.record.announced = True
@@ -167,6 +172,34 @@ class CampaignRun:
             await self._complete(reason)
             return True
         return False
+
+    async def _experience(self) -> dict[str, list[ev.Experience]]:
+        """What earlier campaigns won on these slots (registry.experience), most similar first: the
+        search tries those configurations, or their neighbours, before exploring. Without an answer the
+        campaign starts cold, and says so."""
+        c = self.campaign
+        if not self.cfg.warm_start:
+            return {}
+        engine = await discover(self.deps.bus, c.model, self.cfg.discover_timeout_s)
+        self.hardware = engine.hardware if engine else ""
+        request = ev.ExperienceRequest(model=c.model, hardware=self.hardware,
+                                       slots=list(c.slots), exclude_campaign=self.campaign_id)
+        try:
+            reply = await self.deps.bus.request(subjects.REGISTRY_EXPERIENCE, request, ev.ExperienceReply,
+                                                timeout_s=self.cfg.discover_timeout_s * 5)
+        except Exception as exc:
+            log.info("starting cold: the registry did not answer registry.experience", campaign=self.campaign_id,
+                     error=type(exc).__name__)
+            return {}
+        if reply.error:
+            log.warning("starting cold: registry.experience failed", campaign=self.campaign_id, error=reply.error)
+            return {}
+        out: dict[str, list[ev.Experience]] = {}
+        for item in reply.items:
+            out.setdefault(item.slot, []).append(item)
+        log.info("warm start", campaign=self.campaign_id, hardware=request.hardware,
+                 priors={slot: len(items) for slot, items in out.items()})
+        return out
 
     async def _aim(self) -> None:
         """Profile the live step once, before anything is proposed; kept in the record (a resumed
@@ -260,7 +293,7 @@ class CampaignRun:
             campaign_id=self.campaign_id, slot=slot, model=c.model, shapes=list(c.profile.buckets),
             space=self._spaces[slot], trials=self.slot_trials(slot), notes=self.deps.board.notes(slot),
             excluded=self.deps.ledger, stamp=self.stamp, compile_left=self.compile_cap - compiled,
-            seed=self.cfg.seed,
+            seed=self.cfg.seed, priors=list((self.priors or {}).get(slot, [])), hardware=self.hardware,
         )
 
     def _add(self, proposal: Proposal) -> Trial | None:

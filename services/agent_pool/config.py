@@ -43,6 +43,7 @@ class AgentPoolConfig:
     max_campaigns: int  # campaigns running at once; drift campaigns past it wait, requests are refused
     step_failure_s: float  # a campaign whose steps keep failing this long ends as failed
     aim: bool  # profile the live step first and spend the budget by each slot's share of it
+    warm_start: bool  # start from what earlier campaigns won (registry.experience)
     profile_timeout_s: float
     llm: LlmSettings
 
@@ -73,6 +74,7 @@ class AgentPoolConfig:
             max_campaigns=env.int("AGENT_MAX_CAMPAIGNS", 4),
             step_failure_s=env.float("AGENT_STEP_FAILURE_S", 120.0),
             aim=env.bool("AGENT_AIM", True),
+            warm_start=env.bool("AGENT_WARM_START", True),
             profile_timeout_s=env.float("AGENT_PROFILE_TIMEOUT_S", 300.0),
             llm=LlmSettings(
                 base_url=env.optional("LLM_BASE_URL"),

@@ -47,7 +47,7 @@ IDENTITIES: dict[str, Identity] = {i.name: i for i in (
     Identity("engine_host", (s.CANDIDATES_BENCHMARKED,)),
     # its campaign state lives in a JetStream key-value bucket (state.py): writes publish to $KV.<bucket>.>
     Identity("agent_pool", (s.CANDIDATES_PROPOSED, "campaigns.>", f"{s.BOARD_PREFIX}.>", "$KV.agent_pool.>",
-                            s.ENGINE_DISCOVER)),  # discovery: which engine serves a campaign's model
+                            s.ENGINE_DISCOVER, s.REGISTRY_EXPERIENCE)),  # discovery; warm starts
     Identity("traffic_profiler", (s.TRAFFIC_DRIFT,)),
     Identity("traffic", (s.TRAFFIC_REQUESTS, "$JS.API.STREAM.NAMES", "$JS.API.STREAM.INFO.>"), jetstream=False,
              subscribe=(REPLIES,)),

@@ -25,6 +25,7 @@ def board(campaign_id: str) -> str:
 # Core request/reply subjects (not persisted)
 REGISTRY_SQL = "registry.sql"
 REGISTRY_EXPORT = "registry.export"
+REGISTRY_EXPERIENCE = "registry.experience"  # what earlier campaigns measured: warm starts
 CAMPAIGN_START = "agents.campaign.start"
 ENGINE_DISCOVER = "engine.discover"  # reply: the host's gRPC address ("host:port")
 

@@ -12,6 +12,7 @@ from services.common.signing import PUBLIC_FILE, Signer
 from services.registry.config import RegistryConfig
 from services.registry.consumers import start_consumers, utc_now
 from services.registry.db import Database
+from services.registry.experience import experience
 from services.registry.export import export_tables
 from services.registry.outbox import Outbox
 from services.registry.readers import QueryTimeout
@@ -47,6 +48,7 @@ class RegistryService:
         # as many requests at once as there are readers; more wait their turn in the subscription
         await bus.serve(subjects.REGISTRY_SQL, ev.SqlRequest, ev.SqlReply, self._sql, concurrency=cfg.sql_readers)
         await bus.serve(subjects.REGISTRY_EXPORT, ev.ExportRequest, ev.ExportReply, self._export)
+        await bus.serve(subjects.REGISTRY_EXPERIENCE, ev.ExperienceRequest, ev.ExperienceReply, self._experience)
         await bus.nc.flush()  # the server knows our subscriptions before anyone is told we are up
         log.info("registry ready", db=str(cfg.db_path))
 
@@ -67,6 +69,13 @@ class RegistryService:
             return await self.db.read(query, request, timeout_s=self.config.sql_timeout_s)
         except QueryTimeout as exc:
             return ev.SqlReply(error=str(exc))
+
+    async def _experience(self, request: ev.ExperienceRequest) -> ev.ExperienceReply:
+        assert self.db is not None
+        try:
+            return await self.db.read(experience, request, timeout_s=self.config.sql_timeout_s)
+        except QueryTimeout as exc:
+            return ev.ExperienceReply(error=str(exc))
 
     async def _export(self, request: ev.ExportRequest) -> ev.ExportReply:
         assert self.db is not None

@@ -56,6 +56,8 @@ class SlotContext:
     compile_left: int  # compiled candidates this campaign may still propose
     seed: int = 0
     extra: dict[str, str] = field(default_factory=dict)
+    priors: list[ev.Experience] = field(default_factory=list)  # earlier campaigns' winners (registry.experience)
+    hardware: str = ""  # the engine's, as engine.discover named it
 
     def candidate_id(self, source: str) -> str:
         """The id `source` gets once stamped and proposed."""

@@ -24,6 +24,8 @@ from services.agent_pool.library import Config
 
 DECAY = 0.8
 NOTE_WEIGHT = 0.6
+# earlier campaigns' measured winners: strong evidence on the same hardware and model, weaker elsewhere
+PRIOR_WEIGHT = {(True, True): 0.9, (True, False): 0.75, (False, True): 0.5, (False, False): 0.4}
 FAIL_FACTOR = 0.3
 MIN_EAGER_BEFORE_COMPILE = 3
 
@@ -101,6 +103,9 @@ class SearchAgent:
             for t in ctx.trials
             if t.done and t.status != LOST
         ]
+        for prior in ctx.priors:
+            weight = PRIOR_WEIGHT[(prior.hardware == ctx.hardware, prior.model == ctx.model)]
+            evidence.append(Evidence(dict(prior.params), prior.speedup, weight))
         for note in ctx.notes:
             if note.slot != ctx.slot or not note.params:
                 continue

@@ -462,6 +462,57 @@ class BoardNote(_message.Message):
     created_unix: float
     def __init__(self, note_id: _Optional[str] = ..., campaign_id: _Optional[str] = ..., agent: _Optional[str] = ..., slot: _Optional[str] = ..., text: _Optional[str] = ..., params: _Optional[_Mapping[str, str]] = ..., score: _Optional[float] = ..., created_unix: _Optional[float] = ...) -> None: ...
 
+class ExperienceRequest(_message.Message):
+    __slots__ = ("model", "hardware", "slots", "exclude_campaign", "per_slot")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    HARDWARE_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDE_CAMPAIGN_FIELD_NUMBER: _ClassVar[int]
+    PER_SLOT_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    hardware: str
+    slots: _containers.RepeatedScalarFieldContainer[str]
+    exclude_campaign: str
+    per_slot: int
+    def __init__(self, model: _Optional[str] = ..., hardware: _Optional[str] = ..., slots: _Optional[_Iterable[str]] = ..., exclude_campaign: _Optional[str] = ..., per_slot: _Optional[int] = ...) -> None: ...
+
+class Experience(_message.Message):
+    __slots__ = ("slot", "candidate_id", "params", "speedup", "model", "hardware", "campaign_id", "promoted", "verified")
+    class ParamsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SLOT_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_ID_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
+    SPEEDUP_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    HARDWARE_FIELD_NUMBER: _ClassVar[int]
+    CAMPAIGN_ID_FIELD_NUMBER: _ClassVar[int]
+    PROMOTED_FIELD_NUMBER: _ClassVar[int]
+    VERIFIED_FIELD_NUMBER: _ClassVar[int]
+    slot: str
+    candidate_id: str
+    params: _containers.ScalarMap[str, str]
+    speedup: float
+    model: str
+    hardware: str
+    campaign_id: str
+    promoted: bool
+    verified: bool
+    def __init__(self, slot: _Optional[str] = ..., candidate_id: _Optional[str] = ..., params: _Optional[_Mapping[str, str]] = ..., speedup: _Optional[float] = ..., model: _Optional[str] = ..., hardware: _Optional[str] = ..., campaign_id: _Optional[str] = ..., promoted: _Optional[bool] = ..., verified: _Optional[bool] = ...) -> None: ...
+
+class ExperienceReply(_message.Message):
+    __slots__ = ("items", "error")
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[Experience]
+    error: str
+    def __init__(self, items: _Optional[_Iterable[_Union[Experience, _Mapping]]] = ..., error: _Optional[str] = ...) -> None: ...
+
 class SqlRequest(_message.Message):
     __slots__ = ("query", "max_rows", "json_values")
     QUERY_FIELD_NUMBER: _ClassVar[int]
