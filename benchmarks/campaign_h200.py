@@ -2,7 +2,7 @@
 beside torch.compile of the same model.
 
     python3 benchmarks/campaign_h200.py --out $OUT --budget-s 540 [--models llama-3.2-1b,llama-3.1-8b]
-        [--sections loop,compile] [--campaign-s 240] [--campaign-budget 30] [--smoke]
+        [--sections loop,cold,compile] [--campaign-s 240] [--campaign-budget 30] [--state-dir D] [--smoke]
 
 Per model, each section bounded, <out>/campaign-h200.json rewritten after every section:
 - loop: `Stack` starts the embedded nats-server and the five services with the model on the GPU
@@ -12,7 +12,10 @@ Per model, each section bounded, <out>/campaign-h200.json rewritten after every 
   it has settled (ended, winners verified, everything stored) or `--campaign-s` passes. The same
   engine, with what the registry promoted installed by the services themselves (its Status lists
   them), profiles again: *after*. Greedy tokens of the live engine against its reference-only path on
-  the benchmark's prompts.
+  the benchmark's prompts. The models of a run share one data dir (`--state-dir` keeps it between
+  calls): a later model's campaign starts warm from what the earlier ones won (registry.experience),
+  and `first_verified_win` says after how many candidates and seconds its first win passed the verifier.
+- cold: the same campaign on an empty registry, until its first verified win (the warm start's baseline).
 - compile: a child process (a fresh CUDA context) builds the same model with reference ops and times
   torch.compile(mode="reduce-overhead") of a decode step at bs1 and bs64 and of prefill, and the memory
   floor (bytes a decode step must move / measured copy bandwidth).
@@ -82,6 +85,9 @@ class Bench(SectionedRun):
                      "max_seq": MAX_SEQ},
             "models": {},
         })
+        self.state_dir = Path(args.state_dir) if args.state_dir else Path(tempfile.mkdtemp(prefix="campaign-state-"))
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.models_done: list[str] = []  # models whose campaigns this run's shared registry holds
 
 
 # -- the loop on the real stack -------------------------------------------------------------------
@@ -132,16 +138,20 @@ async def greedy_agreement(address: str, vocab: int, prompts: int, steps: int) -
     return {"prompts": prompts, "steps": steps, "agreeing_prefix_frac": round(agree / max(total, 1), 4)}
 
 
-async def campaign(url: str, model: str, buckets: list[ev.ShapeBucket], budget: int, limit_s: float) -> dict[str, Any]:
+async def campaign(url: str, model: str, buckets: list[ev.ShapeBucket], budget: int, limit_s: float,
+                   stop_at_first_win: bool = False) -> dict[str, Any]:
     aim = ev.TrafficProfile(profile_id="campaign-bench", model=model, buckets=buckets)
     request = ev.StartCampaignRequest(model=model, budget=budget, profile=aim)
     started = await client.start_campaign(url, request)
     if not started.campaign_id:
         raise RuntimeError(f"campaign refused: {started.stop_reason}")
     t0, snap = time.perf_counter(), None
+    first_win: dict[str, float] = {}
     while time.perf_counter() - t0 < limit_s:
         snap = await progress.snapshot(url)
-        if snap.settled:
+        if snap.totals.get("passed", 0) and not first_win:  # the warm-start measure: how soon a win is verified
+            first_win = {"candidates": snap.totals.get("candidates", 0), "seconds": round(time.perf_counter() - t0, 1)}
+        if snap.settled or (stop_at_first_win and first_win):
             break
         mine = next((c for c in snap.campaigns if c["campaign_id"] == started.campaign_id), {})
         print(f"  campaign {mine.get('state', '?')}: {snap.totals.get('candidates', 0)} proposed, "
@@ -150,14 +160,16 @@ async def campaign(url: str, model: str, buckets: list[ev.ShapeBucket], budget: 
         await asyncio.sleep(5.0)
     assert snap is not None
     return {"campaign_id": started.campaign_id, "seconds": round(time.perf_counter() - t0, 1),
-            "settled": snap.settled, "totals": dict(snap.totals),
+            "settled": snap.settled, "totals": dict(snap.totals), "first_verified_win": first_win,
             "promoted": [{"slot": p["slot"], "candidate_id": p["candidate_id"], "speedup": float(p["speedup"] or 0)}
                          for p in snap.promoted]}
 
 
 def loop_section(b: Bench, model: str) -> None:
+    """The models of one run share one data dir (registry, agents' board): each later model's campaign
+    starts warm from what the earlier ones won (registry.experience)."""
     rec = b.res["models"].setdefault(model, {})
-    data = Path(tempfile.mkdtemp(prefix=f"campaign-{model}-"))
+    data = b.state_dir
     buckets = shapes(b.args.smoke)
     with Stack(data, extra_env=stack_env(model, b.args.smoke), port=-1) as stack:
         def names() -> dict[int, str]:
@@ -178,6 +190,7 @@ def loop_section(b: Bench, model: str) -> None:
             b.save()
             limit = min(b.args.campaign_s, max(b.left() - 120, 30))
             rec["campaign"] = await campaign(url, model, buckets, b.args.campaign_budget, limit)
+            rec["campaign"]["warm_from"] = list(b.models_done)
             b.save()
             if not rec["campaign"]["settled"]:  # its candidates still run on the same GPU as the profile
                 rec["after_caveat"] = "campaign still running when 'after' was profiled (it shares the GPU)"
@@ -192,11 +205,26 @@ def loop_section(b: Bench, model: str) -> None:
             with census:
                 asyncio.run(run())
         finally:
+            b.models_done.append(model)
             rec["gpu_memory"] = census.report()
             rec["logs"] = str(stack.log_dir)
             if not b.args.smoke:  # the device machine's disk goes with it: keep the tails
                 rec["log_tails"] = {p.stem: p.read_text(errors="replace").splitlines()[-20:]
                                     for p in stack.log_dir.glob("*.log")}
+
+
+def cold_section(b: Bench, model: str) -> None:
+    """The same campaign on an empty registry, until its first verified win: the warm start's baseline."""
+    rec = b.res["models"].setdefault(model, {})
+    data = Path(tempfile.mkdtemp(prefix=f"cold-{model}-"))
+    with Stack(data, extra_env=stack_env(model, b.args.smoke), port=-1) as stack:
+        async def run() -> None:
+            await wait_ready(stack.nats_url, stack, timeout_s=900)
+            limit = min(b.args.campaign_s, max(b.left() - 30, 30))
+            rec["cold_campaign"] = await campaign(stack.nats_url, model, shapes(b.args.smoke),
+                                                  b.args.campaign_budget, limit, stop_at_first_win=True)
+
+        asyncio.run(run())
 
 
 # -- torch.compile of the same model, in a fresh process ------------------------------------------
@@ -298,6 +326,8 @@ def main() -> None:
     p.add_argument("--sections", default="loop,compile")
     p.add_argument("--campaign-s", type=float, default=240.0)
     p.add_argument("--campaign-budget", type=int, default=30)
+    p.add_argument("--state-dir", help="data dir the models' stacks share (registry, board); kept between runs "
+                   "when given, so a later call starts warm from an earlier one's campaigns")
     p.add_argument("--commit", default=os.environ.get("POLYMORPH_COMMIT", ""))
     p.add_argument("--smoke", action="store_true", help="llama-tiny on the CPU: checks the script, measures nothing")
     p.add_argument("--compile-child", help=argparse.SUPPRESS)
@@ -314,6 +344,8 @@ def main() -> None:
     for model in args.models.split(","):
         if "loop" in wanted:
             b.section(f"{model}.loop", partial(loop_section, b, model), 120)
+        if "cold" in wanted:
+            b.section(f"{model}.cold", partial(cold_section, b, model), 120)
         if "compile" in wanted:
             b.section(f"{model}.compile", partial(compile_section, b, model), 60)
     print(table(b.res), flush=True)

@@ -37,6 +37,7 @@ os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="triton-engine
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from benchmarks.gpu_census import used_by_pid  # noqa: E402
 from benchmarks.sections import SectionedRun  # noqa: E402
 from services.common.shapes import Shape  # noqa: E402
 from services.engine_host.cuda_graphs import DecodeGraphs, prefill  # noqa: E402
@@ -247,9 +248,7 @@ def slow_spec(b: Bench, model: str) -> Any:
 def gpu_memory(b: Bench, at: str) -> None:
     """Device memory per tier harness (nvidia-smi): a harness that kept what it shared with its dead
     sandboxes grows by every candidate's buffers."""
-    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True, check=False).stdout
-    used = {int(p): int(m) for p, m in (line.split(",") for line in out.splitlines() if line.count(",") == 1)}
+    used = used_by_pid()
     row = {"at": at, "total_mib": sum(used.values())}
     for name, tier in b.tiers.items():
         if tier.alive:
