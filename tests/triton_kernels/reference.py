@@ -37,3 +37,19 @@ def add_rmsnorm(
 
 def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.silu(gate) * up
+
+
+def rope(x: torch.Tensor, freqs_cis: torch.Tensor) -> torch.Tensor:
+    # gpt-fast: interleaved pairs (x[..., 2i], x[..., 2i+1]) rotated by (cos, sin) in float32
+    xs = x.float().reshape(*x.shape[:-1], -1, 2)
+    fc = freqs_cis.view(1, xs.size(1), 1, xs.size(3), 2)
+    out = torch.stack([xs[..., 0] * fc[..., 0] - xs[..., 1] * fc[..., 1],
+                       xs[..., 1] * fc[..., 0] + xs[..., 0] * fc[..., 1]], dim=-1)
+    return out.flatten(3).type_as(x)
+
+
+def freqs(positions: torch.Tensor, half: int, base: float = 500000.0) -> torch.Tensor:
+    """[len(positions), half, 2] float32 (cos, sin), as the models build them."""
+    inv = 1.0 / base ** (torch.arange(half, dtype=torch.float32) / half)
+    angles = positions.float()[:, None] * inv[None, :]
+    return torch.stack([angles.cos(), angles.sin()], dim=-1)

@@ -79,3 +79,15 @@ def test_candidates_replay_inside_a_cuda_graph(load: Loader) -> None:
     want = (reference.rmsnorm(x, w, 1e-5), *reference.add_rmsnorm(x, r, w, 1e-5), reference.silu_mul(x, r))
     for g, e in zip(outs, want, strict=True):
         torch.testing.assert_close(g, e, **reference.TOL[torch.bfloat16])
+
+
+@pytest.mark.parametrize("batch,seq", [(1, 1), (64, 1), (1, 1020)])
+def test_rope_on_gpu_on_views_of_the_fused_projection(load: Loader, batch: int, seq: int) -> None:
+    Hq, Hkv, D = 32, 8, 64  # Llama-3.2-1B
+    torch.manual_seed(batch + seq)
+    qkv = torch.randn(batch, seq, (Hq + 2 * Hkv) * D, device="cuda", dtype=torch.bfloat16)
+    q = qkv[..., : Hq * D].view(batch, seq, Hq, D)
+    f = reference.freqs(torch.arange(seq) + 1019 - seq + 1, D // 2).cuda()
+    for params in _variants("rope"):
+        mod = load(render("rope", params), interpret=False)
+        torch.testing.assert_close(mod.kernel(q, f), reference.rope(q, f), **reference.TOL[torch.bfloat16])

@@ -82,7 +82,7 @@ def test_render_rejects_unknown_names_and_non_integer_values() -> None:
     with pytest.raises(ValueError, match="integer literal"):
         render("silu_mul", {"NUM_WARPS": "4\nimport os"})
     with pytest.raises(KeyError):
-        render("rope", {})
+        render("step", {})
     assert render("rmsnorm", {}) == render("rmsnorm", defaults("rmsnorm"))
 
 
@@ -93,6 +93,7 @@ def test_render_rejects_unknown_names_and_non_integer_values() -> None:
         ("add_rmsnorm", {"ROWS_PER_PROGRAM": "0"}, "ROWS_PER_PROGRAM"),
         ("rmsnorm", {"BLOCK_E": "100"}, "BLOCK_E"),
         ("silu_mul", {"BLOCK_I": "65536", "ROWS_PER_PROGRAM": "2"}, "BLOCK_I"),
+        ("rope", {"BLOCK_H": "3"}, "BLOCK_H"),
     ],
 )
 def test_a_malformed_variant_fails_at_load_with_a_clear_error(

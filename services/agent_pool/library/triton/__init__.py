@@ -1,6 +1,6 @@
 """Triton kernel templates for the search agents: one module per op, variants rendered from launch constants.
 
-Each op file in this folder (rmsnorm.py, add_rmsnorm.py, silu_mul.py; decode_attention.py for the
+Each op file in this folder (rmsnorm.py, add_rmsnorm.py, silu_mul.py, rope.py; decode_attention.py for the
 `attention` slot, gemv.py for `linear`, argmax.py for `sample`; regions/mlp_block.py,
 regions/attn_block.py and regions/layer.py for the fused regions) is a complete candidate module.
 Its launch constants sit one per line between the "launch parameters" markers; `render` rewrites
@@ -16,7 +16,7 @@ from functools import cache
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
-TEMPLATES: dict[str, str] = {slot: f"{slot}.py" for slot in ("rmsnorm", "add_rmsnorm", "silu_mul")}
+TEMPLATES: dict[str, str] = {slot: f"{slot}.py" for slot in ("rmsnorm", "add_rmsnorm", "silu_mul", "rope")}
 TEMPLATES.update({  # slot or region name -> file: the decode kernels (benchmarks/kernels_h200.py times them)
     "attention": "decode_attention.py", "linear": "gemv.py", "sample": "argmax.py",
     "mlp_block": "regions/mlp_block.py", "attn_block": "regions/attn_block.py", "layer": "regions/layer.py",
@@ -97,6 +97,11 @@ def _silu_grid() -> list[dict[str, int]]:
     return grid
 
 
+def _rope_grid() -> list[dict[str, int]]:
+    # a Llama token has 8 KV heads and 32 query heads of 64 dims: 1-32 heads per program
+    return [dict(NUM_WARPS=w, BLOCK_H=h) for h in (1, 4, 8, 32) for w in (1, 2) if h * 32 >= 32 * w]
+
+
 def _gemv_grid() -> list[dict[str, int]]:
     # decode's weight streams: enough programs in flight (small tiles, split-K for the narrow
     # projections) against few registers per thread; tiles of up to 32k elements stay unspilled
@@ -146,7 +151,8 @@ def _layer_grid() -> list[dict[str, int]]:
     return [*grid, dict(SKIP_DEAD=0, ATTN_STAGES=3), dict(COUNTERS=0)]
 
 
-GRIDS = {"rmsnorm": _norm_grid, "add_rmsnorm": _norm_grid, "silu_mul": _silu_grid, "linear": _gemv_grid,
+GRIDS = {"rmsnorm": _norm_grid, "add_rmsnorm": _norm_grid, "silu_mul": _silu_grid, "rope": _rope_grid,
+         "linear": _gemv_grid,
          "attention": _attention_grid, "sample": _argmax_grid, "mlp_block": _mlp_block_grid,
          "attn_block": _attn_block_grid, "layer": _layer_grid}
 
