@@ -214,7 +214,8 @@ class CampaignRun:
                 c.step_shares.extend(aim.step_shares(reply, list(c.slots)))
                 c.step_us = reply.step_us
                 log.info("step profiled", campaign=self.campaign_id, step_us=round(c.step_us, 1),
-                         shares={s.slot: round(s.share, 3) for s in c.step_shares})
+                         shares={s.slot: round(s.share, 3) for s in c.step_shares},
+                         headroom={s.slot: round(s.headroom, 3) for s in c.step_shares})
             except aim.NoProfile as exc:
                 c.profile_error = str(exc) or type(exc).__name__
                 log.warning("step not profiled; the budget is shared evenly", campaign=self.campaign_id,

@@ -23,12 +23,13 @@ console = make_console()
 
 def progress_table(snap: progress.Snapshot, title: str = "campaign progress") -> Table:
     table = Table(title=title)
-    for col in ("slot", "step share", "candidates", "benchmarked", "wins", "verified", "passed", "promoted",
-                "best speedup"):
+    for col in ("slot", "step share", "headroom", "candidates", "benchmarked", "wins", "verified", "passed",
+                "promoted", "best speedup"):
         table.add_column(col, justify="left" if col == "slot" else "right")
     for row in snap.per_slot:
-        best, share = row["best_speedup"], row.get("step_share")
+        best, share, headroom = row["best_speedup"], row.get("step_share"), row.get("headroom")
         table.add_row(row["slot"] or "", f"{float(share):.0%}" if share else "-",
+                      f"{float(headroom):.0%}" if headroom not in (None, "") else "-",
                       *(row[k] or "0" for k in ("candidates", "benchmarked", "wins", "verified", "passed", "promoted")),
                       f"{float(best):.2f}x" if best else "-")
     states = ", ".join(f"{c['campaign_id']}: {c['state']}" for c in snap.campaigns) or "no campaign yet"

@@ -11,12 +11,14 @@ from services.console import client, tables
 
 # `slot_summary`, `campaign_overview` and `leaderboard` are views the registry's migrations create
 # (services/registry/views.py documents their columns).
-# step_share: the slot's share of the live step's time when its newest campaign started (aim.py)
+# step_share / headroom: the slot's share of the live step's time when its newest campaign started,
+# and the part of it above the slot's memory floor (aim.py)
 PER_SLOT = """
 with latest as (
-    select p.slot, p.share from step_profiles p join campaigns c using (campaign_id)
+    select p.slot, p.share, p.headroom from step_profiles p join campaigns c using (campaign_id)
     qualify row_number() over (partition by p.slot order by c.started_unix desc) = 1)
-select s.slot, candidates, benchmarked, wins, verified, passed, promoted, best_speedup, l.share as step_share
+select s.slot, candidates, benchmarked, wins, verified, passed, promoted, best_speedup, l.share as step_share,
+    l.headroom
 from slot_summary s left join latest l using (slot) order by s.slot
 """
 

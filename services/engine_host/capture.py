@@ -214,8 +214,7 @@ def capture(rt: ModelView, store: CaptureStore, shapes: list[Shape], only_missin
 
 
 def _sync(rt: ModelView) -> None:
-    if rt.device.type == "cuda":
-        torch.cuda.synchronize(rt.device)
+    _sync_device(rt.device)
 
 
 def _timer(rt: ModelView, acc: dict[str, float], calls: dict[str, int]) -> Callable[..., Any]:
@@ -352,15 +351,65 @@ def _wall_times(rt: ModelView, step: Callable[[], Any], steps: int) -> tuple[dic
     return per_step, dict(calls)
 
 
+def _nbytes(obj: Any) -> int:
+    if isinstance(obj, Tensor):
+        return obj.nbytes
+    if isinstance(obj, tuple | list):
+        return sum(_nbytes(x) for x in obj)
+    return 0
+
+
+def _bytes_per_step(rt: ModelView, step: Callable[[], Any]) -> dict[str, int]:
+    """Per slot: the bytes one step's calls read and write (every tensor argument, whole, and the
+    outputs): what the slot must move at least, whatever its kernel. Attention's K/V arguments are
+    the live prefix (the model slices them), so its floor grows with the context, not the cache."""
+    moved: dict[str, int] = defaultdict(int)
+
+    def wrap(slot: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(*args: Any) -> Any:
+            out = fn(*args)
+            moved[slot] += _nbytes(args) + _nbytes(out)
+            return out
+
+        return counted
+
+    with rt.table.wrapped(wrap):
+        step()
+    return dict(moved)
+
+
+def copy_bandwidth(device: torch.device) -> float:
+    """Bytes per second a device-to-device copy moves (read + write), the best of a few."""
+    n = (256 << 20) if device.type == "cuda" else (32 << 20)
+    src = torch.empty(n, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    best = float("inf")
+    for _ in range(5):
+        _sync_device(device)
+        start = time.perf_counter()
+        dst.copy_(src)
+        _sync_device(device)
+        best = min(best, time.perf_counter() - start)
+    return 2 * n / best
+
+
+def _sync_device(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def profile(rt: ModelView, shapes: list[Shape], steps: int = 5) -> ProfileReport:
     """Per-slot and per-region time per step (sum over its calls) and whole-step time, at each shape.
     Guidance for campaigns (where the time goes), never a verdict: it runs in the live engine."""
     times: list[OpTime] = []
     eager_us: dict[str, float] = {}  # decode shapes timed through graphs: their eager step, for reference
     shape_steps: list[ShapeStep] = []
+    bandwidth = copy_bandwidth(rt.device)
     for shape in shapes:
         with torch.inference_mode(), at_shape(rt, shape) as step:
             step()  # warm-up
+            moved = _bytes_per_step(rt, step)
             per_step: dict[str, list[float]] | None = None
             calls: dict[str, int] = {}
             if rt.device.type == "cuda":
@@ -379,7 +428,8 @@ def profile(rt: ModelView, shapes: list[Shape], steps: int = 5) -> ProfileReport
                 graphs.step(last, shape.context - 1)  # (re)captures the bucket if needed
                 plain = _step_times(rt, partial(graphs.step, last, shape.context - 1), steps)
         for slot, values in per_step.items():
-            times.append(OpTime(slot, shape, float(np.median(values)), calls.get(slot, 0) // steps))
+            times.append(OpTime(slot, shape, float(np.median(values)), calls.get(slot, 0) // steps,
+                                floor_us=moved.get(slot, 0) / bandwidth * 1e6))
         shape_steps.append(ShapeStep(shape, float(np.median(plain)) * 1e6))
         rt.progress(f"profiled {shape.key}")
-    return ProfileReport(tuple(times), tuple(shape_steps), rt.graphs is not None, eager_us)
+    return ProfileReport(tuple(times), tuple(shape_steps), rt.graphs is not None, eager_us, bandwidth / 1e9)

@@ -273,10 +273,10 @@ class Engine:
             out: ProfileReport = await self._call(target, Profile(self._shapes(req.shapes)))
         except ChildFailure as failure:
             raise EngineRequestError(f"profile failed: {failure.reason}") from failure
-        reply = es.ProfileReply(step_us=out.step_us)
+        reply = es.ProfileReply(step_us=out.step_us, copy_bandwidth_gb_s=out.copy_bandwidth_gb_s)
         for t in out.times:
             reply.times.append(es.SlotTime(slot=t.op, shape=protos.bucket(t.shape), median_us=t.median_us,
-                                           calls_per_step=t.calls_per_step))
+                                           calls_per_step=t.calls_per_step, floor_us=t.floor_us))
         for st in out.shape_steps:
             reply.steps.append(es.ShapeStep(shape=protos.bucket(st.shape), step_us=st.step_us,
                                             tokens_per_s=st.tokens_per_s))

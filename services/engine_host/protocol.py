@@ -191,6 +191,7 @@ class OpTime:
     shape: Shape
     median_us: float
     calls_per_step: int
+    floor_us: float = 0.0  # bytes its calls move per step / copy bandwidth (0: not estimated)
 
 
 @dataclass(frozen=True)
@@ -199,6 +200,7 @@ class ProfileReport:
     shape_steps: tuple[ShapeStep, ...]  # each shape's own step time: what tokens/s comes from
     graphs: bool = False
     eager_step_us: dict[str, float] = field(default_factory=dict)
+    copy_bandwidth_gb_s: float = 0.0
 
     @property
     def step_us(self) -> float:

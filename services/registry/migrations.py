@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 import duckdb
 
 from services.common.log import get_logger
-from services.registry.schema import SCHEMA_VERSION_DDL, STEP_PROFILES_DDL, TABLES
+from services.registry.schema import SCHEMA_VERSION_DDL, STEP_PROFILE_FLOORS, STEP_PROFILES_DDL, TABLES
 from services.registry.views import VIEWS
 
 log = get_logger("registry.migrations")
@@ -30,6 +30,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "tables", tuple(TABLES.values())),
     Migration(2, "views", tuple(VIEWS.values())),
     Migration(3, "step_profiles", (STEP_PROFILES_DDL,)),
+    Migration(4, "step_profile_floors", STEP_PROFILE_FLOORS),
 )
 
 

@@ -193,6 +193,12 @@ STEP_PROFILES_DDL = """
         PRIMARY KEY (campaign_id, slot)
     )"""
 
+# migration 4: each slot's memory floor and its headroom above it (aim.py spends by headroom)
+STEP_PROFILE_FLOORS = (
+    "ALTER TABLE step_profiles ADD COLUMN IF NOT EXISTS floor_us DOUBLE",
+    "ALTER TABLE step_profiles ADD COLUMN IF NOT EXISTS headroom DOUBLE",
+)
+
 # every table a current file holds: migration 1's and those added after it
 ALL_TABLES: tuple[str, ...] = (*TABLES, "step_profiles")
 

@@ -93,6 +93,7 @@ def store_campaign(con: duckdb.DuckDBPyConnection, c: ev.Campaign, meta: Meta) -
     for share in c.step_shares:  # the same on every message of the campaign: the first one stays
         insert(con, "step_profiles", {"campaign_id": c.campaign_id, "slot": share.slot, "share": share.share,
                                       "us_per_step": share.us_per_step, "step_us": c.step_us,
+                                      "floor_us": share.floor_us, "headroom": share.headroom,
                                       "received_at": meta.received_at})
     _names(con, meta, model=c.model)
     record_event(con, c, meta)

@@ -12,12 +12,14 @@ DECODE = ev.ShapeBucket(phase=ev.PHASE_DECODE, batch_size=1, context_len=1020, w
 PREFILL = ev.ShapeBucket(phase=ev.PHASE_PREFILL, batch_size=1, context_len=1020, weight=0.25)
 
 
-def reply(times: dict[str, tuple[float, float]], step_us: float) -> es.ProfileReply:
-    """times: slot -> (decode us, prefill us)."""
+def reply(times: dict[str, tuple[float, float]], step_us: float,
+          floors: dict[str, float] | None = None) -> es.ProfileReply:
+    """times: slot -> (decode us, prefill us); floors: slot -> floor us at both shapes."""
     out = es.ProfileReply(step_us=step_us)
     for slot, (dec, pre) in times.items():
-        out.times.append(es.SlotTime(slot=slot, shape=DECODE, median_us=dec, calls_per_step=1))
-        out.times.append(es.SlotTime(slot=slot, shape=PREFILL, median_us=pre, calls_per_step=1))
+        floor = (floors or {}).get(slot, 0.0)
+        out.times.append(es.SlotTime(slot=slot, shape=DECODE, median_us=dec, calls_per_step=1, floor_us=floor))
+        out.times.append(es.SlotTime(slot=slot, shape=PREFILL, median_us=pre, calls_per_step=1, floor_us=floor))
     return out
 
 
@@ -56,3 +58,19 @@ def test_without_a_profile_the_budget_is_shared_evenly_in_campaign_order() -> No
         counts[slot] += 1
         order.append(slot)
     assert order == ["rope", "rmsnorm", "linear"] * 2
+
+
+def test_the_budget_follows_the_headroom_above_each_slots_floor() -> None:
+    # the batch-1 step as measured on an H100: linear holds the most time, but most of it is its floor
+    profile = reply({"linear": (1063, 1063), "rope": (466, 466), "rmsnorm": (217, 217)}, 2869,
+                    floors={"linear": 830.0, "rope": 2.0, "rmsnorm": 2.5})
+    shares = aim.step_shares(profile, ["linear", "rope", "rmsnorm"])
+    by = {s.slot: s for s in shares}
+    assert by["linear"].share > by["rope"].share and by["linear"].headroom < by["rope"].headroom
+    assert abs(by["linear"].headroom - (1063 - 830) / 2869) < 1e-9 and abs(by["linear"].floor_us - 830) < 1e-9
+    assert [s.slot for s in shares] == ["rope", "linear", "rmsnorm"]  # the most to win first
+    weight = aim.weights(shares, ["linear", "rope", "rmsnorm"])
+    assert weight["rope"] > weight["linear"] > weight["rmsnorm"]
+    # a floor above the measured time (a loose estimate) leaves no headroom, never a negative one
+    over = aim.step_shares(reply({"sample": (10, 10)}, 100, floors={"sample": 50.0}), ["sample"])
+    assert over[0].headroom == 0.0

@@ -223,16 +223,18 @@ class ProfileRequest(_message.Message):
     def __init__(self, shapes: _Optional[_Iterable[_Union[_events_pb2.ShapeBucket, _Mapping]]] = ..., tier: _Optional[_Union[Tier, str]] = ...) -> None: ...
 
 class SlotTime(_message.Message):
-    __slots__ = ("slot", "shape", "median_us", "calls_per_step")
+    __slots__ = ("slot", "shape", "median_us", "calls_per_step", "floor_us")
     SLOT_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     MEDIAN_US_FIELD_NUMBER: _ClassVar[int]
     CALLS_PER_STEP_FIELD_NUMBER: _ClassVar[int]
+    FLOOR_US_FIELD_NUMBER: _ClassVar[int]
     slot: str
     shape: _events_pb2.ShapeBucket
     median_us: float
     calls_per_step: int
-    def __init__(self, slot: _Optional[str] = ..., shape: _Optional[_Union[_events_pb2.ShapeBucket, _Mapping]] = ..., median_us: _Optional[float] = ..., calls_per_step: _Optional[int] = ...) -> None: ...
+    floor_us: float
+    def __init__(self, slot: _Optional[str] = ..., shape: _Optional[_Union[_events_pb2.ShapeBucket, _Mapping]] = ..., median_us: _Optional[float] = ..., calls_per_step: _Optional[int] = ..., floor_us: _Optional[float] = ...) -> None: ...
 
 class ShapeStep(_message.Message):
     __slots__ = ("shape", "step_us", "tokens_per_s")
@@ -245,14 +247,16 @@ class ShapeStep(_message.Message):
     def __init__(self, shape: _Optional[_Union[_events_pb2.ShapeBucket, _Mapping]] = ..., step_us: _Optional[float] = ..., tokens_per_s: _Optional[float] = ...) -> None: ...
 
 class ProfileReply(_message.Message):
-    __slots__ = ("times", "step_us", "steps")
+    __slots__ = ("times", "step_us", "steps", "copy_bandwidth_gb_s")
     TIMES_FIELD_NUMBER: _ClassVar[int]
     STEP_US_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
+    COPY_BANDWIDTH_GB_S_FIELD_NUMBER: _ClassVar[int]
     times: _containers.RepeatedCompositeFieldContainer[SlotTime]
     step_us: float
     steps: _containers.RepeatedCompositeFieldContainer[ShapeStep]
-    def __init__(self, times: _Optional[_Iterable[_Union[SlotTime, _Mapping]]] = ..., step_us: _Optional[float] = ..., steps: _Optional[_Iterable[_Union[ShapeStep, _Mapping]]] = ...) -> None: ...
+    copy_bandwidth_gb_s: float
+    def __init__(self, times: _Optional[_Iterable[_Union[SlotTime, _Mapping]]] = ..., step_us: _Optional[float] = ..., steps: _Optional[_Iterable[_Union[ShapeStep, _Mapping]]] = ..., copy_bandwidth_gb_s: _Optional[float] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
     __slots__ = ("prompt", "steps", "tier", "overrides", "return_logits", "reference_only")

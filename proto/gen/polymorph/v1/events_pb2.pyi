@@ -225,14 +225,18 @@ class Campaign(_message.Message):
     def __init__(self, campaign_id: _Optional[str] = ..., model: _Optional[str] = ..., slots: _Optional[_Iterable[str]] = ..., trigger: _Optional[str] = ..., budget: _Optional[int] = ..., state: _Optional[_Union[CampaignState, str]] = ..., profile: _Optional[_Union[TrafficProfile, _Mapping]] = ..., started_unix: _Optional[float] = ..., finished_unix: _Optional[float] = ..., proposed: _Optional[int] = ..., stop_reason: _Optional[str] = ..., step_shares: _Optional[_Iterable[_Union[SlotShare, _Mapping]]] = ..., step_us: _Optional[float] = ..., profile_error: _Optional[str] = ...) -> None: ...
 
 class SlotShare(_message.Message):
-    __slots__ = ("slot", "share", "us_per_step")
+    __slots__ = ("slot", "share", "us_per_step", "floor_us", "headroom")
     SLOT_FIELD_NUMBER: _ClassVar[int]
     SHARE_FIELD_NUMBER: _ClassVar[int]
     US_PER_STEP_FIELD_NUMBER: _ClassVar[int]
+    FLOOR_US_FIELD_NUMBER: _ClassVar[int]
+    HEADROOM_FIELD_NUMBER: _ClassVar[int]
     slot: str
     share: float
     us_per_step: float
-    def __init__(self, slot: _Optional[str] = ..., share: _Optional[float] = ..., us_per_step: _Optional[float] = ...) -> None: ...
+    floor_us: float
+    headroom: float
+    def __init__(self, slot: _Optional[str] = ..., share: _Optional[float] = ..., us_per_step: _Optional[float] = ..., floor_us: _Optional[float] = ..., headroom: _Optional[float] = ...) -> None: ...
 
 class StartCampaignRequest(_message.Message):
     __slots__ = ("model", "slots", "budget", "profile")
