@@ -4,8 +4,8 @@ Before its first proposal a campaign asks the slow-tier engine (the whole model,
 has them) to profile the step at the campaign's shapes. A slot's share is its time per step over the
 step's time, weighted over the shapes; a region's share is its whole forward, slots inside included,
 because a region candidate can replace all of it. Its headroom is the part of that time above its
-memory floor (the bytes its calls move over the engine's copy bandwidth; regions have no floor yet,
-so all of their time counts). Proposals then go to the active slot with the fewest candidates per
+memory floor (the bytes its calls move over the engine's copy bandwidth: for a region its weights
+once, its activations and the live K/V). Proposals then go to the active slot with the fewest candidates per
 unit of headroom (a slot with twice the time at stake gets twice the candidates, the
 biggest first), and plateau still stops a slot early. A slot the profile does not name (the step does
 not call it at these shapes) gets the least share. If no profile can be taken the budget is shared

@@ -360,9 +360,10 @@ def _nbytes(obj: Any) -> int:
 
 
 def _bytes_per_step(rt: ModelView, step: Callable[[], Any]) -> dict[str, int]:
-    """Per slot: the bytes one step's calls read and write (every tensor argument, whole, and the
-    outputs): what the slot must move at least, whatever its kernel. Attention's K/V arguments are
-    the live prefix (the model slices them), so its floor grows with the context, not the cache."""
+    """Per slot and region: the bytes one step's calls read and write (every tensor argument, whole,
+    and the outputs; a region's weights and live K/V): what it must move at least, whatever its
+    kernel. Attention's K/V arguments are the live prefix (the model slices them), so its floor grows
+    with the context, not with the static cache."""
     moved: dict[str, int] = defaultdict(int)
 
     def wrap(slot: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -373,9 +374,43 @@ def _bytes_per_step(rt: ModelView, step: Callable[[], Any]) -> dict[str, int]:
 
         return counted
 
-    with rt.table.wrapped(wrap):
-        step()
+    def region_post(region: str) -> Callable[..., None]:
+        def post(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+            moved[region] += _region_bytes(module, args, kwargs, out)
+
+        return post
+
+    handles = [module.register_forward_hook(region_post(region), with_kwargs=True)
+               for region in REGIONS for module in rt.table.modules(region)]
+    try:
+        with rt.table.wrapped(wrap):
+            step()
+    finally:
+        for handle in handles:
+            handle.remove()
     return dict(moved)
+
+
+def _region_bytes(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> int:
+    """A region's floor bytes: its weights once, its activations in and out, and the live K/V prefix
+    of every cache inside it (the rows of this batch, kv_len positions)."""
+    bound = inspect.signature(type(module).forward).bind(module, *args, **kwargs)
+    bound.apply_defaults()
+    values = dict(bound.arguments)
+    first = next((v for k, v in values.items() if k != "self" and isinstance(v, Tensor)), None)
+    batch = int(first.shape[0]) if first is not None else 1
+    moved = sum(p.nbytes for p in module.parameters()) + _nbytes(out)
+    moved += sum(v.nbytes for k, v in values.items() if k != "self" and isinstance(v, Tensor) and v.is_floating_point())
+    for sub in module.modules():
+        k_cache = getattr(sub, "k_cache", None)
+        if isinstance(k_cache, Tensor):
+            kv_len = values.get("kv_len")
+            if kv_len is None:  # the whole step: what its forward derives from the positions
+                pos = values.get("input_pos")
+                kv_len = int(pos.max()) + 1 if isinstance(pos, Tensor) else k_cache.shape[2]
+            live = k_cache[:batch, :, : int(kv_len)]
+            moved += 2 * live.nbytes  # K and V
+    return moved
 
 
 def copy_bandwidth(device: torch.device) -> float:
