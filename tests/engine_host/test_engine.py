@@ -198,7 +198,8 @@ async def test_generate_reference_vs_override(stub) -> None:
 
 
 async def test_profile_reports_every_slot_and_region(stub) -> None:
-    shapes = [*SMALL, ev.ShapeBucket(phase=ev.PHASE_PREFILL, batch_size=2, context_len=9, weight=1.0)]
+    longer = ev.ShapeBucket(phase=ev.PHASE_DECODE, batch_size=3, context_len=74, weight=1.0)
+    shapes = [*SMALL, longer, ev.ShapeBucket(phase=ev.PHASE_PREFILL, batch_size=2, context_len=9, weight=1.0)]
     reply = await stub.Profile(es.ProfileRequest(shapes=shapes))
     assert {t.slot for t in reply.times} == {"rmsnorm", "add_rmsnorm", "rope", "attention", "silu_mul",
                                              "linear", "sample", "attn_block", "mlp_block", "layer", "step"}
@@ -218,6 +219,10 @@ async def test_profile_reports_every_slot_and_region(stub) -> None:
         floor = {t.slot: t.floor_us for t in reply.times
                  if (t.shape.batch_size, t.shape.context_len) == (shape.batch_size, shape.context_len)}
         assert floor["mlp_block"] < floor["layer"] < floor["step"] and floor["attn_block"] < floor["layer"]
+    # attention reads the live K/V prefix: twice the context, about twice its bytes; linear's do not move
+    at = {(t.slot, t.shape.context_len): t.floor_us for t in reply.times if t.shape.phase == ev.PHASE_DECODE}
+    assert 1.8 < at[("attention", 74)] / at[("attention", 37)] < 2.1
+    assert at[("linear", 74)] == pytest.approx(at[("linear", 37)], rel=0.05)
     # each shape's own step, and the tokens/s it gives (a prefill step computes batch x prompt tokens)
     steps = {(s.shape.phase, s.shape.batch_size, s.shape.context_len): s for s in reply.steps}
     assert len(steps) == len(shapes)
