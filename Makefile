@@ -21,7 +21,7 @@ demo: $(STAMP)
 	$(BIN)/polymorph demo --summary-json demo-summary.json
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -rs
+	$(BIN)/python -m pytest -q -rs --durations=25
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
