@@ -232,6 +232,7 @@ def compile_child(model_name: str, smoke: bool, out: Path) -> None:
     import numpy as np
     import torch
 
+    from services.engine_host.capture import copy_bandwidth
     from services.engine_host.cuda_graphs import prefill
     from services.engine_host.models.llama import build_model, model_args
     from services.engine_host.ops import OpTable
@@ -243,8 +244,6 @@ def compile_child(model_name: str, smoke: bool, out: Path) -> None:
     model = build_model(model_args(model_name), table, seed=0, device=device, max_batch=big, max_seq=max_seq)
     a = model.args
     weights = sum(p.numel() * p.element_size() for n, p in model.named_parameters() if n != "tok_embeddings")
-    src = torch.empty(256 << 20, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
 
     def timed(fn: Any, reps: int) -> float:
         fn()
@@ -257,7 +256,7 @@ def compile_child(model_name: str, smoke: bool, out: Path) -> None:
             torch.cuda.synchronize()
         return (time.perf_counter() - t) / reps
 
-    bw = 2 * src.numel() / timed(lambda: dst.copy_(src), 3 if smoke else 20)
+    bw = copy_bandwidth(torch.device(device))  # the engine's own measure: its profile's floors use it
     res["copy_bw_gb_s"] = round(bw / 1e9, 1)
     g = torch.Generator(device=device).manual_seed(1)
     tokens = torch.randint(0, a.vocab_size, (big, prompt_len), device=device, generator=g)

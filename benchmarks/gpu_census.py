@@ -5,7 +5,6 @@ harness's sandboxes), the peak per name and the total over time kept for the res
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import threading
 import time
@@ -98,8 +97,7 @@ def harness_pids(engine_log: Path) -> dict[int, str]:
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
-            m = re.search(r'"pid": (\d+)', line)
-            rec = {"pid": int(m.group(1)), "tier": "?"} if m else {}
+            continue  # a line cut short while the service writes it
         if rec.get("pid"):
             out[int(rec["pid"])] = f"engine_host.{rec.get('tier', '?')}_harness"
     return out

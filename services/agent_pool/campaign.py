@@ -27,7 +27,6 @@ from services.agent_pool.agents.base import LOST, OK, Agent, Proposal, SlotConte
 from services.agent_pool.agents.search import SearchAgent
 from services.agent_pool.board import Board
 from services.agent_pool.config import AgentPoolConfig
-from services.agent_pool.hardware import discover
 from services.agent_pool.state import COMPLETED, FAILED, CampaignRecord, Store
 from services.common import metrics, subjects
 from services.common.bus import Bus
@@ -103,7 +102,6 @@ class CampaignRun:
         c = record.campaign
         self.header = provenance(c.model, list(c.profile.buckets))
         self.priors: dict[str, list[ev.Experience]] | None = None  # warm start: fetched once per run
-        self.hardware = ""
         self.compile_cap = int(c.budget * self.cfg.compile_share)
 
     @property
@@ -180,9 +178,7 @@ class CampaignRun:
         c = self.campaign
         if not self.cfg.warm_start:
             return {}
-        engine = await discover(self.deps.bus, c.model, self.cfg.discover_timeout_s)
-        self.hardware = engine.hardware if engine else ""
-        request = ev.ExperienceRequest(model=c.model, hardware=self.hardware,
+        request = ev.ExperienceRequest(model=c.model, hardware=self.record.hardware,
                                        slots=list(c.slots), exclude_campaign=self.campaign_id)
         try:
             reply = await self.deps.bus.request(subjects.REGISTRY_EXPERIENCE, request, ev.ExperienceReply,
@@ -294,7 +290,7 @@ class CampaignRun:
             campaign_id=self.campaign_id, slot=slot, model=c.model, shapes=list(c.profile.buckets),
             space=self._spaces[slot], trials=self.slot_trials(slot), notes=self.deps.board.notes(slot),
             excluded=self.deps.ledger, stamp=self.stamp, compile_left=self.compile_cap - compiled,
-            seed=self.cfg.seed, priors=list((self.priors or {}).get(slot, [])), hardware=self.hardware,
+            seed=self.cfg.seed, priors=list((self.priors or {}).get(slot, [])), hardware=self.record.hardware,
         )
 
     def _add(self, proposal: Proposal) -> Trial | None:

@@ -140,7 +140,7 @@ class AgentPoolService:
             trigger=trigger, budget=budget, state=ev.CAMPAIGN_STATE_RUNNING, profile=profile,
             started_unix=time.time(),
         )
-        return CampaignRecord(campaign, RUNNING, triton)
+        return CampaignRecord(campaign, RUNNING, triton, hardware=engine.hardware)
 
     async def _begin(self, record: CampaignRecord) -> None:
         assert self._deps is not None

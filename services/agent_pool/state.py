@@ -35,6 +35,7 @@ class CampaignRecord:
     status: str  # queued, running, completed, superseded (a newer drift for the same model replaced it)
     triton: bool  # decided once at creation, so a resumed campaign searches the same space
     announced: bool = False  # campaigns.started went out
+    hardware: str = ""  # the engine's, as engine.discover named it at creation (warm starts match on it)
 
     @property
     def campaign_id(self) -> str:
@@ -47,6 +48,7 @@ class CampaignRecord:
                 "status": self.status,
                 "triton": self.triton,
                 "announced": self.announced,
+                "hardware": self.hardware,
             }
         ).encode()
 
@@ -54,7 +56,8 @@ class CampaignRecord:
     def from_json(cls, data: bytes) -> CampaignRecord:
         raw = json.loads(data)
         campaign = json_format.ParseDict(raw["campaign"], ev.Campaign())
-        return cls(campaign, raw["status"], bool(raw["triton"]), bool(raw.get("announced", False)))
+        return cls(campaign, raw["status"], bool(raw["triton"]), bool(raw.get("announced", False)),
+                   str(raw.get("hardware", "")))
 
 
 class Store:

@@ -18,7 +18,7 @@ import inspect
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -213,17 +213,18 @@ def capture(rt: ModelView, store: CaptureStore, shapes: list[Shape], only_missin
     return done
 
 
-def _sync(rt: ModelView) -> None:
-    _sync_device(rt.device)
+def _sync_device(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def _timer(rt: ModelView, acc: dict[str, float], calls: dict[str, int]) -> Callable[..., Any]:
     def wrap(slot: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any) -> Any:
-            _sync(rt)
+            _sync_device(rt.device)
             start = time.perf_counter()
             out = fn(*args)
-            _sync(rt)
+            _sync_device(rt.device)
             acc[slot] += time.perf_counter() - start
             calls[slot] += 1
             return out
@@ -233,28 +234,20 @@ def _timer(rt: ModelView, acc: dict[str, float], calls: dict[str, int]) -> Calla
     return wrap
 
 
+Hook = Callable[..., None]
+
+
 @contextmanager
-def _region_timers(rt: ModelView, acc: dict[str, float], calls: dict[str, int]) -> Iterator[None]:
-    """Time every region's modules (their whole forward, the slots inside included): a region candidate
-    can replace all of it, so that is the time it has at stake."""
-    starts: dict[int, float] = {}
+def _on_regions(rt: ModelView, pre_for: Callable[[str], Hook] | None = None,
+                post_for: Callable[[str], Hook] | None = None, with_kwargs: bool = False) -> Iterator[None]:
+    """Forward pre- and post-hooks (made per region name) on every region module, removed on exit."""
     handles = []
-
-    def pre(module: torch.nn.Module, args: Any) -> None:
-        _sync(rt)
-        starts[id(module)] = time.perf_counter()
-
-    def post_for(region: str) -> Callable[..., None]:
-        def post(module: torch.nn.Module, args: Any, out: Any) -> None:
-            _sync(rt)
-            acc[region] += time.perf_counter() - starts.pop(id(module))
-            calls[region] += 1
-
-        return post
-
     for region in REGIONS:
         for module in rt.table.modules(region):
-            handles += [module.register_forward_pre_hook(pre), module.register_forward_hook(post_for(region))]
+            if pre_for is not None:
+                handles.append(module.register_forward_pre_hook(pre_for(region), with_kwargs=with_kwargs))
+            if post_for is not None:
+                handles.append(module.register_forward_hook(post_for(region), with_kwargs=with_kwargs))
     try:
         yield
     finally:
@@ -262,13 +255,33 @@ def _region_timers(rt: ModelView, acc: dict[str, float], calls: dict[str, int]) 
             handle.remove()
 
 
+def _region_timers(rt: ModelView, acc: dict[str, float], calls: dict[str, int]) -> AbstractContextManager[None]:
+    """Time every region's modules (their whole forward, the slots inside included): a region candidate
+    can replace all of it, so that is the time it has at stake."""
+    starts: dict[int, float] = {}
+
+    def pre(module: torch.nn.Module, args: Any) -> None:
+        _sync_device(rt.device)
+        starts[id(module)] = time.perf_counter()
+
+    def post_for(region: str) -> Hook:
+        def post(module: torch.nn.Module, args: Any, out: Any) -> None:
+            _sync_device(rt.device)
+            acc[region] += time.perf_counter() - starts.pop(id(module))
+            calls[region] += 1
+
+        return post
+
+    return _on_regions(rt, lambda _: pre, post_for)
+
+
 def _step_times(rt: ModelView, run: Callable[[], Any], steps: int) -> list[float]:
     times = []
     for _ in range(steps):
-        _sync(rt)
+        _sync_device(rt.device)
         start = time.perf_counter()
         run()
-        _sync(rt)
+        _sync_device(rt.device)
         times.append(time.perf_counter() - start)
     return times
 
@@ -288,9 +301,8 @@ def _ranges(rt: ModelView) -> Iterator[None]:
         return ranged
 
     open_ranges: dict[int, list[Any]] = defaultdict(list)
-    handles = []
 
-    def pre_for(region: str) -> Callable[..., None]:
+    def pre_for(region: str) -> Hook:
         def pre(module: torch.nn.Module, args: Any) -> None:
             rf = record_function(RANGE + region)
             rf.__enter__()
@@ -301,15 +313,8 @@ def _ranges(rt: ModelView) -> Iterator[None]:
     def post(module: torch.nn.Module, args: Any, out: Any) -> None:
         open_ranges[id(module)].pop().__exit__(None, None, None)
 
-    for region in REGIONS:
-        for module in rt.table.modules(region):
-            handles += [module.register_forward_pre_hook(pre_for(region)), module.register_forward_hook(post)]
-    try:
-        with rt.table.wrapped(wrap):
-            yield
-    finally:
-        for handle in handles:
-            handle.remove()
+    with _on_regions(rt, pre_for, lambda _: post), rt.table.wrapped(wrap):
+        yield
 
 
 def _device_times(rt: ModelView, step: Callable[[], Any], steps: int) -> tuple[dict[str, list[float]], dict[str, int]]:
@@ -322,7 +327,7 @@ def _device_times(rt: ModelView, step: Callable[[], Any], steps: int) -> tuple[d
         with _ranges(rt):
             for _ in range(steps):
                 step()
-        _sync(rt)
+        _sync_device(rt.device)
     total: dict[str, float] = defaultdict(float)
     count: dict[str, int] = defaultdict(int)
     for evt in prof.events():
@@ -374,20 +379,14 @@ def _bytes_per_step(rt: ModelView, step: Callable[[], Any]) -> dict[str, int]:
 
         return counted
 
-    def region_post(region: str) -> Callable[..., None]:
+    def region_post(region: str) -> Hook:
         def post(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
             moved[region] += _region_bytes(module, args, kwargs, out)
 
         return post
 
-    handles = [module.register_forward_hook(region_post(region), with_kwargs=True)
-               for region in REGIONS for module in rt.table.modules(region)]
-    try:
-        with rt.table.wrapped(wrap):
-            step()
-    finally:
-        for handle in handles:
-            handle.remove()
+    with _on_regions(rt, post_for=region_post, with_kwargs=True), rt.table.wrapped(wrap):
+        step()
     return dict(moved)
 
 
@@ -427,11 +426,6 @@ def copy_bandwidth(device: torch.device) -> float:
         _sync_device(device)
         best = min(best, time.perf_counter() - start)
     return 2 * n / best
-
-
-def _sync_device(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def profile(rt: ModelView, shapes: list[Shape], steps: int = 5) -> ProfileReport:

@@ -68,24 +68,26 @@ class Session:
             restore_caches(self.model, item.caches)
         return as_outputs(self.reference(*args))
 
+    def expected(self, item: WorkItem) -> tuple[OutputMeta, ...]:
+        """The shapes and dtypes of the item's outputs, from one reference call (once per item)."""
+        if item.key not in self.expect:
+            self.expect[item.key] = output_meta(self.reference_out(item, item.bases[0]))
+        return self.expect[item.key]
+
     def max_sets(self, item: WorkItem) -> int:
         """Input sets an item may hold: its share of the session's budget (every item's buffers stay
         allocated for the whole comparison, so 30 items of 200 sets each took 50 GB of an H100) over
         what one set costs (fresh arguments in three copies, the outputs), never below calibration's."""
-        if item.key not in self.expect:
-            self.expect[item.key] = output_meta(self.reference_out(item, item.bases[0]))
         first = item.bases[0]
         fresh = sum(first[a].nbytes for a in OPS[item.op].fresh if a < len(first) and isinstance(first[a], Tensor))
-        outputs = sum(math.prod(m.shape) * getattr(torch, m.dtype).itemsize for m in self.expect[item.key])
+        outputs = sum(math.prod(m.shape) * getattr(torch, m.dtype).itemsize for m in self.expected(item))
         share = self.budget_bytes // max(len(self.items), 1)
         return max(CALIBRATION_CALLS, len(item.bases), share // max(3 * fresh + outputs, 1))
 
     def bufs(self, item: WorkItem, need: int) -> Buffers:
         have = self.buffers.get(item.key)
         if have is None or have.n_sets < need:
-            if item.key not in self.expect:
-                self.expect[item.key] = output_meta(self.reference_out(item, item.bases[0]))
-            fresh = Buffers(item, max(need, 1), self.expect[item.key], self.device, self.gen)
+            fresh = Buffers(item, max(need, 1), self.expected(item), self.device, self.gen)
             fresh.generation = have.generation + 1 if have is not None else 0
             self.buffers[item.key] = have = fresh
         return have

@@ -28,16 +28,17 @@ WITH won AS (
     LEFT JOIN promotions p ON p.candidate_id = b.candidate_id
     WHERE b.status = 'ok' AND b.speedup > 1.0 AND coalesce(v.status, '') <> 'failed'
       AND list_contains($slots, b.slot) AND coalesce(b.campaign_id, '') <> $exclude
-), ranked AS (
-    SELECT *, row_number() OVER (PARTITION BY slot, params::VARCHAR ORDER BY
-              (hardware = $hardware) DESC, (model = $model) DESC, promoted DESC, speedup DESC) AS copy
+), ranked AS (  -- the order of similarity: same hardware, same model, promoted, the larger speedup
+    SELECT *, row_number() OVER (ORDER BY hardware = $hardware DESC, model = $model DESC, promoted DESC,
+                                 speedup DESC) AS rank
     FROM won
+), best_of_each AS (  -- a configuration measured again is one experience: its most similar measurement
+    SELECT * FROM ranked QUALIFY row_number() OVER (PARTITION BY slot, params::VARCHAR ORDER BY rank) = 1
 )
 SELECT slot, candidate_id, params, speedup, model, hardware, campaign_id, promoted, verified
-FROM ranked WHERE copy = 1
-QUALIFY row_number() OVER (PARTITION BY slot ORDER BY (hardware = $hardware) DESC, (model = $model) DESC,
-                           promoted DESC, speedup DESC) <= $per_slot
-ORDER BY slot, (hardware = $hardware) DESC, (model = $model) DESC, promoted DESC, speedup DESC
+FROM best_of_each
+QUALIFY row_number() OVER (PARTITION BY slot ORDER BY rank) <= $per_slot
+ORDER BY slot, rank
 """
 
 
