@@ -74,7 +74,8 @@ SLOTS: dict[str, SlotSignature] = {
 REGIONS = ("attn_block", "mlp_block", "layer", "step")
 # A region candidate declares REGION = name and `kernel(module, *args)`: the module (its weights, KV
 # cache, and for `step` the whole model) then the module's own forward arguments; it returns what that
-# forward returns (mlp_block/attn_block/layer: [B,S,E]; step: float32 logits [B,S,V] or [B,1,V]).
+# forward returns (mlp_block/attn_block/layer: [B,S,E]; step: float32 logits [B,S,V] or [B,1,V]; its
+# last_only is a bool or an int64 tensor [1], the one position to keep: prefill graphs pad prompts).
 REGION_PARAMS: dict[str, tuple[str, ...]] = {
     "mlp_block": ("module", "x"),
     "attn_block": ("module", "x", "freqs_cis", "mask", "input_pos", "kv_len"),

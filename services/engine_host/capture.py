@@ -432,7 +432,7 @@ def profile(rt: ModelView, shapes: list[Shape], steps: int = 5) -> ProfileReport
     """Per-slot and per-region time per step (sum over its calls) and whole-step time, at each shape.
     Guidance for campaigns (where the time goes), never a verdict: it runs in the live engine."""
     times: list[OpTime] = []
-    eager_us: dict[str, float] = {}  # decode shapes timed through graphs: their eager step, for reference
+    eager_us: dict[str, float] = {}  # shapes timed through graphs: their eager step, for reference
     shape_steps: list[ShapeStep] = []
     bandwidth = copy_bandwidth(rt.device)
     for shape in shapes:
@@ -449,13 +449,14 @@ def profile(rt: ModelView, shapes: list[Shape], steps: int = 5) -> ProfileReport
             if per_step is None:
                 per_step, calls = _wall_times(rt, step, steps)
             plain = _step_times(rt, step, steps)
-            if rt.graphs is not None and shape.phase == "decode":
-                # what a decode step costs in production: one replay of the bucket's CUDA graph
-                graphs = rt.graphs
+            if rt.graphs is not None:
+                # what a step costs in production: one replay of its bucket's CUDA graph
                 eager_us[shape.key] = float(np.median(plain)) * 1e6
-                last = _tokens(rt, shape)[:, -1]
-                graphs.step(last, shape.context - 1)  # (re)captures the bucket if needed
-                plain = _step_times(rt, partial(graphs.step, last, shape.context - 1), steps)
+                tokens = _tokens(rt, shape)
+                run = (partial(rt.graphs.prefill.run, tokens) if shape.phase == "prefill"
+                       else partial(rt.graphs.step, tokens[:, -1], shape.context - 1))
+                run()  # (re)captures the bucket if needed
+                plain = _step_times(rt, run, steps)
         for slot, values in per_step.items():
             times.append(OpTime(slot, shape, float(np.median(values)), calls.get(slot, 0) // steps,
                                 floor_us=moved.get(slot, 0) / bandwidth * 1e6))

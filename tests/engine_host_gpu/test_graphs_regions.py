@@ -101,3 +101,44 @@ def test_cuda_graph_decode_matches_eager_on_gpu() -> None:
     again = decode(graphs, prompt, 6)
     assert graphs.stats.last["targeted_warmup"] and graphs.stats.last["warmed_slots"] == ["rmsnorm"]
     assert torch.equal(again, want)
+
+
+@torch.inference_mode()
+def test_padded_prefill_keeps_the_prompts_last_logits_and_decode_never_sees_the_padding() -> None:
+    model, table = _engine()
+    graphs = DecodeGraphs(model, table, [2])
+    prompt = torch.randint(0, model.args.vocab_size, (2, 37), generator=torch.Generator().manual_seed(1))
+    want = model(prompt, torch.arange(37), kv_len=37, last_only=True)[:, -1]
+    token, logits = graphs.prefill.run(prompt)
+    assert graphs.prefill.bucket_len(37) == 64  # padded: 27 positions of K/V written past the prompt
+    torch.testing.assert_close(logits, want, rtol=1e-5, atol=1e-5)
+    assert torch.equal(token, table.sample(want))
+    # the padding's K/V sit where decode writes next; the tokens are the unpadded model's
+    got = decode(graphs, prompt, 5)
+    ref, _ = generate(model, prompt, 5)
+    assert torch.equal(got, ref)
+    # a prompt that fills its bucket (and the cache) exactly
+    full = torch.randint(0, model.args.vocab_size, (1, 64), generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(graphs.prefill.run(full)[1],
+                               model(full, torch.arange(64), kv_len=64, last_only=True)[:, -1], rtol=1e-5, atol=1e-5)
+
+
+@gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@torch.inference_mode()
+def test_prefill_graphs_match_eager_and_recapture_after_a_swap_on_gpu() -> None:
+    model, table = _engine("cuda")
+    graphs = DecodeGraphs(model, table, [2])
+    prompt = torch.randint(0, model.args.vocab_size, (2, 21), device="cuda")
+    want = model(prompt, torch.arange(21, device="cuda"), kv_len=21, last_only=True)[:, -1]
+    _, logits = graphs.prefill.run(prompt)
+    torch.testing.assert_close(logits, want, rtol=1e-4, atol=1e-4)
+    other = torch.randint(0, model.args.vocab_size, (2, 30), device="cuda")  # same bucket: a replay
+    _, logits = graphs.prefill.run(other)
+    torch.testing.assert_close(logits, model(other, torch.arange(30, device="cuda"), kv_len=30,
+                                             last_only=True)[:, -1], rtol=1e-4, atol=1e-4)
+    assert graphs.prefill.stats.captures == 1 and graphs.prefill.stats.replays == 2
+    table.swap("rmsnorm", lambda x, w, eps: REFERENCES["rmsnorm"](x, w, eps), "same-but-new")
+    graphs.prefill.run(other)
+    assert graphs.prefill.stats.captures == 2 and graphs.prefill.stats.recaptured == [2]
+    assert torch.equal(decode(graphs, prompt, 6), generate(model, prompt, 6)[0])

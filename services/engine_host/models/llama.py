@@ -201,8 +201,11 @@ class Transformer(nn.Module):
         return cache
 
     def forward(self, idx: Tensor, input_pos: Tensor, kv_len: int | None = None,
-                last_only: bool = False) -> Tensor:
-        """idx [B,S] token ids at positions input_pos [S] -> logits [B,S,V] (or [B,1,V]) float32."""
+                last_only: bool | Tensor = False) -> Tensor:
+        """idx [B,S] token ids at positions input_pos [S] -> logits [B,S,V] (or [B,1,V]) float32.
+
+        last_only: True keeps the last position's logits; an int64 tensor [1] keeps the position it
+        holds (a prefill graph pads the prompt to its bucket, so the prompt's last is not the last)."""
         assert self.freqs_cis is not None and self.causal_mask is not None, "call setup_caches() first"
         if idx.size(0) > self.max_batch:
             raise ValueError(f"batch {idx.size(0)} exceeds the cache's max batch {self.max_batch}")
@@ -212,7 +215,9 @@ class Transformer(nn.Module):
         x = self.tok_embeddings[idx]  # [B,S,E]
         for layer in self.layers:
             x = layer(x, freqs_cis, mask, input_pos, kv_len)
-        if last_only:
+        if isinstance(last_only, Tensor):
+            x = x.index_select(1, last_only)
+        elif last_only:
             x = x[:, -1:]
         x = self.slots.rmsnorm(x, self.norm, self.args.norm_eps)
         return self.slots.linear(x, self.output).float()  # [B,S,V]
