@@ -4,7 +4,8 @@ each may publish, and the nats-server `authorization` block that enforces it.
 Only the registry publishes kernel.promoted / kernel.demoted, only the verifier candidates.verified,
 only engine hosts candidates.benchmarked, only the agent pool candidates.proposed, campaigns and board
 notes, only the profiler traffic.drift; `traffic` may publish traffic.requests and nothing else,
-`observer` may subscribe to everything and publish nothing, `operator` (the CLI) may ask the
+`observer` may subscribe to everything and publish nothing, `serving` (an adapter inside a serving
+stack) may read the promotions' stream and publish traffic.requests, `operator` (the CLI) may ask the
 registry, the agent pool and the engines (SQL, export, campaign start, discovery). Each publishing
 identity writes into streams of its own (subjects.STREAMS), so no identity can pre-empt another's
 JetStream message ids. Credentials travel inside the NATS URL (nats://user:password@host:port);
@@ -30,6 +31,7 @@ JETSTREAM = ("$JS.API.INFO", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.INFO.>", "$
 # what an operator may read of JetStream: stream and consumer state (how far each consumer has got)
 JETSTREAM_READ = ("$JS.API.INFO", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.INFO.>", "$JS.API.CONSUMER.INFO.>",
                   "$JS.API.CONSUMER.LIST.>", "$JS.API.CONSUMER.NAMES.>")
+KERNELS = s.stream_for(s.KERNEL_PROMOTED)
 NEVER = ("$JS.API.STREAM.DELETE.>", "$JS.API.STREAM.PURGE.>", "$JS.API.STREAM.MSG.DELETE.>")
 
 
@@ -51,6 +53,11 @@ IDENTITIES: dict[str, Identity] = {i.name: i for i in (
     Identity("traffic_profiler", (s.TRAFFIC_DRIFT,)),
     Identity("traffic", (s.TRAFFIC_REQUESTS, "$JS.API.STREAM.NAMES", "$JS.API.STREAM.INFO.>"), jetstream=False,
              subscribe=(REPLIES,)),
+    # a serving stack's adapter (services/adapters/vllm): reads the KERNELS stream through an ordered
+    # consumer of its own (creates and reads it; never deletes one) and publishes its traffic
+    Identity("serving", (s.TRAFFIC_REQUESTS, "$JS.API.STREAM.NAMES", "$JS.API.STREAM.INFO.>",
+                         *(f"$JS.API.CONSUMER.{verb}.{KERNELS}{tail}" for verb in ("CREATE", "INFO")
+                           for tail in ("", ".>")), "$JS.FC.>"), jetstream=False, subscribe=(REPLIES,)),
     Identity("operator", (s.REGISTRY_SQL, s.REGISTRY_EXPORT, s.CAMPAIGN_START, s.ENGINE_DISCOVER, *JETSTREAM_READ),
              jetstream=False),
     Identity("observer", (), jetstream=False),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import platform
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -12,6 +11,7 @@ from typing import Any
 import torch
 import torch.multiprocessing
 
+from services.common.hardware import hardware_name
 from services.common.log import get_logger
 from services.common.shapes import Shape
 from services.common.tensors import encode
@@ -56,17 +56,6 @@ def resolve_device(device: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
 
-
-def hardware_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "cpu"
 
 log = get_logger("engine_host.harness")
 
