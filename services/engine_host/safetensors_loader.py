@@ -175,3 +175,46 @@ def load_into(model: Any, path: str | Path, *, strict: bool = True) -> list[str]
         return filled
     finally:
         st.close()
+
+
+_OURS_TO_HF = {
+    "tok_embeddings": "model.embed_tokens.weight", "norm": "model.norm.weight", "output": "lm_head.weight",
+    "attention.wo": "self_attn.o_proj.weight", "feed_forward.w1": "mlp.gate_proj.weight",
+    "feed_forward.w3": "mlp.up_proj.weight", "feed_forward.w2": "mlp.down_proj.weight",
+    "attention_norm": "input_layernorm.weight", "ffn_norm": "post_attention_layernorm.weight",
+}
+
+
+@torch.no_grad()
+def export_hf(model: Any, directory: str | Path, dtype: torch.dtype = torch.bfloat16) -> Path:
+    """Write a zoo model as a Hugging Face Llama checkpoint (config.json, model.safetensors; q/k in
+    HF's rotate-half layout), so a serving stack such as vLLM serves the very function Polymorph tunes
+    under the model's name. The tokenizer is the user's (or a test's) to add."""
+    a, out = model.args, Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    tensors: dict[str, Tensor] = {}
+    for name, p in model.named_parameters():
+        m = re.match(r"^layers\.(\d+)\.(.+)$", name)
+        if m is None:
+            tensors[_OURS_TO_HF[name]] = p.to(dtype)
+            continue
+        layer, rest, pre = m.group(1), m.group(2), f"model.layers.{m.group(1)}."
+        if rest == "attention.wqkv":
+            q, k, v = p.split([a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim, a.n_kv_heads * a.head_dim])
+            tensors[pre + "self_attn.q_proj.weight"] = hf_permute(q, a.n_heads, a.head_dim).to(dtype)
+            tensors[pre + "self_attn.k_proj.weight"] = hf_permute(k, a.n_kv_heads, a.head_dim).to(dtype)
+            tensors[pre + "self_attn.v_proj.weight"] = v.to(dtype)
+        else:
+            tensors[pre + _OURS_TO_HF[rest]] = p.to(dtype)
+    save_file(tensors, out / "model.safetensors")
+    config = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": a.dim,
+        "intermediate_size": a.intermediate_size, "num_hidden_layers": a.n_layers,
+        "num_attention_heads": a.n_heads, "num_key_value_heads": a.n_kv_heads, "head_dim": a.head_dim,
+        "hidden_act": "silu", "max_position_embeddings": a.max_seq_len, "rms_norm_eps": a.norm_eps,
+        "rope_theta": a.rope_base, "vocab_size": a.vocab_size, "tie_word_embeddings": False,
+        "attention_bias": False, "mlp_bias": False, "torch_dtype": str(dtype).removeprefix("torch."),
+        "bos_token_id": 1, "eos_token_id": 2,
+    }
+    (out / "config.json").write_text(json.dumps(config, indent=1))
+    return out

@@ -8,6 +8,7 @@ from services.engine_host.ops import OpTable
 from services.engine_host.safetensors_loader import (
     CheckpointError,
     SafeTensors,
+    export_hf,
     hf_permute,
     hf_unpermute,
     load_into,
@@ -43,6 +44,19 @@ def test_round_trip_native_names(tmp_path) -> None:
     fast = _model(3, layers=2)  # a fast tier loads the first layers and skips the rest
     load_into(fast, path)
     assert torch.equal(fast.layers[1].ffn_norm, dst.layers[1].ffn_norm)
+
+
+def test_export_hf_round_trips_through_the_hf_mapping(tmp_path) -> None:
+    import json
+
+    src, dst = _model(5), _model(6)
+    out = export_hf(src, tmp_path / "hf", dtype=torch.float32)
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"] and config["head_dim"] == src.args.head_dim
+    names = SafeTensors(out / "model.safetensors").keys()
+    assert "model.layers.0.self_attn.q_proj.weight" in names and not any("wqkv" in n for n in names)
+    load_into(dst, out / "model.safetensors")  # back through the HF names and the un-permute
+    assert torch.equal(_logits(dst), _logits(src))
 
 
 def test_hf_names_are_mapped_and_unpermuted(tmp_path) -> None:
