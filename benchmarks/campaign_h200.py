@@ -119,23 +119,36 @@ async def installed(address: str) -> dict[str, str]:
 
 
 async def greedy_agreement(address: str, vocab: int, prompts: int, steps: int) -> dict[str, Any]:
-    """Tokens of the live engine (promoted set installed) against its reference-only path."""
+    """Tokens of the live engine (promoted set installed) against its reference-only path; where a
+    sequence parts, whether the reference's own margin there is a near-tie (the verifier's rule,
+    services/verifier/end_to_end.py: random-weight models are full of them)."""
     import random
 
-    rng, agree, total = random.Random(7), 0, 0
+    from services.verifier.compare import E2E_TOLERANCES, to_tensor
+    from services.verifier.end_to_end import near_tie
+
+    rng, agree, total, parted = random.Random(7), 0, 0, []
     async with channel(address) as chan:
         stub = es_grpc.EngineServiceStub(chan)
         for _ in range(prompts):
             prompt = [rng.randrange(vocab) for _ in range(rng.randrange(8, 64))]
             live = await stub.Generate(es.GenerateRequest(prompt=prompt, steps=steps, tier=es.TIER_SLOW), timeout=600)
             ref = await stub.Generate(es.GenerateRequest(prompt=prompt, steps=steps, tier=es.TIER_SLOW,
-                                                         reference_only=True), timeout=600)
+                                                         reference_only=True, return_logits=True), timeout=600)
             if live.error or ref.error:
                 raise RuntimeError(f"generate failed: {live.error or ref.error}")
             same = next((i for i, (a, b) in enumerate(zip(live.tokens, ref.tokens, strict=True)) if a != b), steps)
             agree += same
             total += steps
-    return {"prompts": prompts, "steps": steps, "agreeing_prefix_frac": round(agree / max(total, 1), 4)}
+            if same < steps:
+                row = to_tensor(ref.logits).double()[same]
+                top2 = row.topk(2).values
+                parted.append({"step": same, "near_tie": near_tie(row, ref.tokens[same], live.tokens[same],
+                                                                  E2E_TOLERANCES["bfloat16"]),
+                               "ref_margin": round(float(top2[0] - top2[1]), 4),
+                               "margin_to_live_token": round(float(row[ref.tokens[same]] - row[live.tokens[same]]), 4)})
+    return {"prompts": prompts, "steps": steps, "agreeing_prefix_frac": round(agree / max(total, 1), 4),
+            "parted": parted, "all_parted_at_near_ties": all(p["near_tie"] for p in parted)}
 
 
 async def campaign(url: str, model: str, buckets: list[ev.ShapeBucket], budget: int, limit_s: float,

@@ -50,7 +50,8 @@ IDENTITIES: dict[str, Identity] = {i.name: i for i in (
     # its campaign state lives in a JetStream key-value bucket (state.py): writes publish to $KV.<bucket>.>
     Identity("agent_pool", (s.CANDIDATES_PROPOSED, "campaigns.>", f"{s.BOARD_PREFIX}.>", "$KV.agent_pool.>",
                             s.ENGINE_DISCOVER, s.REGISTRY_EXPERIENCE)),  # discovery; warm starts
-    Identity("traffic_profiler", (s.TRAFFIC_DRIFT,)),
+    # its catch-up after a crash reads the records acknowledged after its last snapshot, one by one
+    Identity("traffic_profiler", (s.TRAFFIC_DRIFT, f"$JS.API.STREAM.MSG.GET.{s.stream_for(s.TRAFFIC_REQUESTS)}")),
     Identity("traffic", (s.TRAFFIC_REQUESTS, "$JS.API.STREAM.NAMES", "$JS.API.STREAM.INFO.>"), jetstream=False,
              subscribe=(REPLIES,)),
     # a serving stack's adapter (services/adapters/vllm): reads the KERNELS stream through an ordered

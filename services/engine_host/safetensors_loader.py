@@ -198,7 +198,7 @@ def export_hf(model: Any, directory: str | Path, dtype: torch.dtype = torch.bflo
         if m is None:
             tensors[_OURS_TO_HF[name]] = p.to(dtype)
             continue
-        layer, rest, pre = m.group(1), m.group(2), f"model.layers.{m.group(1)}."
+        rest, pre = m.group(2), f"model.layers.{m.group(1)}."
         if rest == "attention.wqkv":
             q, k, v = p.split([a.n_heads * a.head_dim, a.n_kv_heads * a.head_dim, a.n_kv_heads * a.head_dim])
             tensors[pre + "self_attn.q_proj.weight"] = hf_permute(q, a.n_heads, a.head_dim).to(dtype)
