@@ -146,6 +146,7 @@ def test_traffic_never_blocks_serving_and_counts_what_it_drops(tmp_path: Path) -
     counters = publisher.counters()
     assert counters["queued"] == 50 and counters["dropped"] == 450 and counters["published"] == 0
     assert publisher.queue[-1].request_id == "r499"
+    publisher.stop()
 
 
 async def test_traffic_reaches_the_stream_with_the_serving_identity_which_can_do_nothing_else(
@@ -163,6 +164,7 @@ async def test_traffic_reaches_the_stream_with_the_serving_identity_which_can_do
         while publisher.counters()["published"] < 20:
             assert time.monotonic() < deadline, publisher.counters()
             await asyncio.sleep(0.1)
+        publisher.stop()
         info = await admin.js.stream_info(subjects.stream_for(subjects.TRAFFIC_REQUESTS))
         assert info.state.messages == 20
         # the serving credential cannot publish a promotion, nor delete a consumer (an engine's durable)

@@ -32,7 +32,7 @@ class TrafficPublisher:
         self.published = 0
         self.failed_batches = 0
         self._lock = threading.Lock()
-        self._wake = threading.Event()
+        self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def offer(self, record: ev.RequestRecord) -> None:
@@ -61,7 +61,7 @@ class TrafficPublisher:
         import nats
 
         nc = None
-        while True:
+        while not self._stop.is_set():
             try:
                 if nc is None or nc.is_closed:
                     nc = await nats.connect(self.settings.nats_url, name=f"vllm-traffic-{os.getpid()}",
@@ -90,6 +90,10 @@ class TrafficPublisher:
 
     async def _on_error(self, exc: Exception) -> None:
         log.warning("nats error", error=str(exc)[:300])
+
+    def stop(self) -> None:
+        """Let the publisher thread end (tests; vLLM's process exit ends the daemon thread anyway)."""
+        self._stop.set()
 
     def counters(self) -> dict[str, int]:
         return {"queued": len(self.queue), "published": self.published, "dropped": self.dropped,
