@@ -87,6 +87,8 @@ class TrafficPublisher:
                 log.warning("traffic not published yet", error=f"{type(exc).__name__}: {exc}"[:300],
                             queued=len(self.queue), dropped=self.dropped)
                 await asyncio.sleep(1.0)
+        if nc is not None and not nc.is_closed:  # stopped: its reconnect loop must not outlive it
+            await nc.close()
 
     async def _on_error(self, exc: Exception) -> None:
         log.warning("nats error", error=str(exc)[:300])
