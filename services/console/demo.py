@@ -50,7 +50,15 @@ async def wait_ready(url: str, stack: Stack, timeout_s: float = 180.0) -> None:
     import nats
 
     deadline = time.monotonic() + timeout_s
-    nc = await nats.connect(url, **tls.nats_options())
+    while True:  # a just-restarted nats-server may not accept yet: its JetStream store recovers first
+        try:
+            nc = await nats.connect(url, **tls.nats_options())
+            break
+        except (OSError, nats.errors.NoServersError, TimeoutError):
+            _raise_if_dead(stack)
+            if time.monotonic() > deadline:
+                raise DemoFailed(f"the nats-server at the stack's port did not accept in {timeout_s:.0f}s") from None
+            await asyncio.sleep(0.5)
     try:
         pending = {"registry": subjects.REGISTRY_SQL, "engine_host": subjects.ENGINE_DISCOVER}
         payloads = {"registry": ev.SqlRequest(query="select 1").SerializeToString(),

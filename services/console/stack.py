@@ -130,9 +130,12 @@ class Stack:
         """The same port and store: services reconnect by themselves (they retry forever)."""
         assert self.nats is not None
         self.nats.stop()
-        self.nats = EmbeddedNats(self.data_dir / "nats", credentials=self.credentials, port=self.port,
-                                 monitor_port=self.monitor_port, tls=self.tls)
-        self.nats.start()
+        fresh = EmbeddedNats(self.data_dir / "nats", credentials=self.credentials, port=self.port,
+                             monitor_port=self.monitor_port, tls=self.tls)
+        fresh.start()
+        # swapped in only once it listens: the supervisor restarts it on another thread, and a reader of
+        # `nats_url` in between would get the URL of a server that has not said its port yet
+        self.nats = fresh
 
     def kill_service(self, name: str) -> None:
         """SIGKILL: no drain, no goodbye — what a crash or OOM kill looks like."""

@@ -6,10 +6,10 @@ keeps them as named input sets ("captured:<n>") for benchmarks, RunOp and the ve
 attributes a few steps' time to every slot and region, and times whole steps unwrapped (on a GPU
 through the bucket's CUDA graph, as production runs them).
 
-On a GPU the attribution is device time: the kernels each slot's calls launched, from torch's
-profiler (a synchronise around every call would add its launch and sync to every small op, and an
-eager op's launch overhead is what the graphs remove: rope looked like 80 % of a step). On the CPU,
-where an op's time is its wall time, each call is timed.
+On a GPU the attribution is device time: the kernels between marker kernels launched around each
+slot call and region forward, from torch's profiler (a synchronise around every call would add its
+launch and sync to every small op, and an eager op's launch overhead is what the graphs remove: rope
+looked like 80 % of a step). On the CPU, where an op's time is its wall time, each call is timed.
 """
 
 from __future__ import annotations
@@ -286,35 +286,78 @@ def _step_times(rt: ModelView, run: Callable[[], Any], steps: int) -> list[float
     return times
 
 
-RANGE = "polymorph."  # profiler ranges: one per slot call and per region module forward
+MARKER_KERNEL = "spin_kernel"  # what torch.cuda._sleep launches: a name no model kernel has
+
+
+@dataclass(frozen=True)
+class DeviceKernel:
+    """One kernel (or copy) the profiler saw on the device, in stream order."""
+
+    name: str
+    start_us: float
+    duration_us: float
+
+
+Mark = tuple[bool, str]  # (entering?, slot or region name), in the order the markers were launched
 
 
 @contextmanager
-def _ranges(rt: ModelView) -> Iterator[None]:
-    from torch.profiler import record_function
+def _marked(rt: ModelView, marks: list[Mark]) -> Iterator[None]:
+    """A marker kernel on the stream before and after every slot call and region forward. Attribution
+    then needs only the kernels' order on the one stream, not the profiler's link from a kernel to the
+    CPU range that launched it: that link is missing for Triton's driver-API launches, which made a
+    whole promoted `layer` region (Triton only) count as zero device time."""
+
+    def mark(entering: bool, name: str) -> None:
+        torch.cuda._sleep(0)
+        marks.append((entering, name))
 
     def wrap(slot: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def ranged(*args: Any) -> Any:
-            with record_function(RANGE + slot):
-                return fn(*args)
+        def marked(*args: Any) -> Any:
+            mark(True, slot)
+            out = fn(*args)
+            mark(False, slot)
+            return out
 
-        return ranged
-
-    open_ranges: dict[int, list[Any]] = defaultdict(list)
+        return marked
 
     def pre_for(region: str) -> Hook:
-        def pre(module: torch.nn.Module, args: Any) -> None:
-            rf = record_function(RANGE + region)
-            rf.__enter__()
-            open_ranges[id(module)].append(rf)
+        return lambda module, args: mark(True, region)
 
-        return pre
+    def post_for(region: str) -> Hook:
+        return lambda module, args, out: mark(False, region)
 
-    def post(module: torch.nn.Module, args: Any, out: Any) -> None:
-        open_ranges[id(module)].pop().__exit__(None, None, None)
-
-    with _on_regions(rt, pre_for, lambda _: post), rt.table.wrapped(wrap):
+    with _on_regions(rt, pre_for, post_for), rt.table.wrapped(wrap):
         yield
+
+
+def attribute(kernels: list[DeviceKernel], marks: list[Mark]) -> tuple[dict[str, float], dict[str, int]]:
+    """Device µs and calls per slot/region: every kernel between a name's enter and exit markers counts
+    for it (nested names included, each name once), markers excluded. Raises when the markers on the
+    device do not match those launched (another stream, a dropped event): the caller falls back."""
+    ordered = sorted(kernels, key=lambda k: k.start_us)
+    seen = [k for k in ordered if MARKER_KERNEL in k.name]
+    if len(seen) != len(marks):
+        raise RuntimeError(f"{len(seen)} marker kernels on the device, {len(marks)} launched")
+    total: dict[str, float] = defaultdict(float)
+    calls: dict[str, int] = defaultdict(int)
+    open_names: dict[str, int] = defaultdict(int)
+    it = iter(marks)
+    for k in ordered:
+        if MARKER_KERNEL in k.name:
+            entering, name = next(it)
+            if entering:
+                open_names[name] += 1
+                calls[name] += 1
+            elif open_names[name] == 0:
+                raise RuntimeError(f"marker for {name!r} closes a range that never opened")
+            else:
+                open_names[name] -= 1
+            continue
+        for name, depth in open_names.items():
+            if depth:
+                total[name] += k.duration_us
+    return dict(total), dict(calls)
 
 
 def _device_times(rt: ModelView, step: Callable[[], Any], steps: int) -> tuple[dict[str, list[float]], dict[str, int]]:
@@ -323,23 +366,18 @@ def _device_times(rt: ModelView, step: Callable[[], Any], steps: int) -> tuple[d
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
+    marks: list[Mark] = []
     with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        with _ranges(rt):
+        with _marked(rt, marks):
             for _ in range(steps):
                 step()
         _sync_device(rt.device)
-    total: dict[str, float] = defaultdict(float)
-    count: dict[str, int] = defaultdict(int)
-    for evt in prof.events():
-        # the CPU-side range: its device time sums the kernels of the ops inside it (the GPU-side copy
-        # of a user range spans idle gaps too, and would count twice)
-        if evt.name.startswith(RANGE) and evt.device_type == DeviceType.CPU:
-            name = evt.name[len(RANGE):]
-            total[name] += evt.device_time_total
-            count[name] += 1
+    kernels = [DeviceKernel(e.name, e.time_range.start, e.time_range.elapsed_us()) for e in prof.events()
+               if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)]
+    total, count = attribute(kernels, marks)
     if not any(total.values()):
         raise RuntimeError("the profiler saw no kernels (no CUPTI?)")
-    return {k: [v / steps] for k, v in total.items()}, dict(count)
+    return {k: [v / steps] for k, v in total.items()}, count
 
 
 def _wall_times(rt: ModelView, step: Callable[[], Any], steps: int) -> tuple[dict[str, list[float]], dict[str, int]]:
