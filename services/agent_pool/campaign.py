@@ -7,7 +7,8 @@ stake; a slot that stops frees its share), its agent proposes one candidate, and
 A slot stops on plateau (`plateau` results without a new best), on its own cap (`slot_budget`, when
 set) or when its space is exhausted; the campaign stops proposing when the budget is spent or every
 slot stopped, and COMPLETES once every
-candidate it proposed has a BenchmarkResult (or was declared lost after `result_timeout_s`).
+candidate it proposed has a BenchmarkResult (a candidate still without one is proposed again every
+`republish_s`, and declared lost after `result_timeout_s`).
 
 Every change is written to the KV store before it is announced, so a restarted pool resumes here.
 """
@@ -161,6 +162,7 @@ class CampaignRun:
             self.record.announced = True
             await self.deps.store.put_campaign(self.record)
         await self._publish([t for t in self.trials if not t.published])
+        await self._republish_waiting()
         await self._expire_lost()
         reason = self.stop_reason()
         if reason is None:
@@ -355,6 +357,24 @@ class CampaignRun:
         for agent in agents:
             for note in agent.notes_for(ctx, trial, improved):
                 await self.deps.board.post(note)
+
+    async def _republish_waiting(self) -> None:
+        """A candidate whose result is long overdue is proposed again under a new message id: a delivery
+        that JetStream gave up on (an engine that kept failing on it while restarting) is not redelivered
+        by itself. The engine answers a candidate it already benchmarked from its result store."""
+        now = time.time()
+        for trial in self.trials:
+            due = trial.created_unix + self.cfg.republish_s * (trial.republished + 1)
+            if trial.done or not trial.published or now < due:
+                continue
+            trial.republished += 1
+            await self.deps.store.put_trial(self.campaign_id, trial)
+            await self.deps.bus.publish(subjects.CANDIDATES_PROPOSED, self.candidate(trial),
+                                        msg_id=f"{trial.candidate_id}:again{trial.republished}")
+            metrics.CANDIDATES_REPUBLISHED.labels(trial.slot).inc()
+            log.warning("no result yet; candidate proposed again", campaign=self.campaign_id,
+                        candidate=trial.candidate_id, waited_s=round(now - trial.created_unix),
+                        times=trial.republished)
 
     async def _expire_lost(self) -> None:
         deadline = time.time() - self.cfg.result_timeout_s

@@ -37,6 +37,7 @@ class AgentPoolConfig:
     triton: str  # auto (only when the engine's hardware is a GPU), on, off
     seed: int
     result_timeout_s: float  # a candidate without a result after this long counts as lost
+    republish_s: float  # a candidate without a result after this long is proposed again (then every as long)
     kv_bucket: str
     discover_timeout_s: float
     max_budget: int  # the largest budget one campaign may ask for
@@ -68,6 +69,7 @@ class AgentPoolConfig:
             triton=triton,
             seed=env.int("AGENT_SEED", 0),
             result_timeout_s=env.float("AGENT_RESULT_TIMEOUT_S", 1800.0),
+            republish_s=env.float("AGENT_REPUBLISH_S", 240.0),
             kv_bucket=env.str("AGENT_KV_BUCKET", "agent_pool"),
             discover_timeout_s=env.float("AGENT_DISCOVER_TIMEOUT_S", 2.0),
             max_budget=env.int("AGENT_MAX_BUDGET", 1000),

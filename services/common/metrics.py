@@ -114,6 +114,9 @@ CAMPAIGNS = Sampled("polymorph_campaigns", "The agent pool's campaigns by state:
 CANDIDATES_PROPOSED = Counter("polymorph_candidates_proposed", "Candidates published on candidates.proposed "
                               "(a re-publish after a restart not counted)", ["slot", "agent"], registry=REGISTRY)
 
+CANDIDATES_REPUBLISHED = Counter("polymorph_candidates_republished", "Candidates proposed again because their "
+                                 "result was overdue", ["slot"], registry=REGISTRY)
+
 # -- engine host, verifier, traffic profiler ------------------------------------------------------------
 ENGINE_BENCHMARKS = Counter("polymorph_engine_benchmarks", "Benchmarks run, by tier and status (ok, raised, "
                             "crashed, timeout, ...)", ["tier", "status"], registry=REGISTRY)

@@ -220,3 +220,18 @@ async def test_a_default_campaign_where_triton_runs_aims_at_the_fused_regions_to
     regions = [c for c in engine.candidates if c.slot in ("attn_block", "mlp_block", "layer")]
     assert {c.slot for c in regions} == {"attn_block", "mlp_block", "layer"}
     assert all(c.backend == ev.BACKEND_TRITON and f'REGION = "{c.slot}"' in c.source for c in regions)
+
+
+async def test_a_candidate_whose_result_never_comes_is_proposed_again_and_then_answered_once(bus: Bus, pool) -> None:
+    # an engine that took the delivery and never answered (JetStream gave up on it while it restarted):
+    # the campaign proposes the same candidate again instead of waiting out its result timeout
+    await pool(campaign_budget=1, agent_in_flight=1, agent_slots="rmsnorm", agent_republish_s=1)
+    completed = await Collector.on(bus, subjects.CAMPAIGN_COMPLETED, ev.Campaign, "t-completed-again")
+    engine = await FakeEngine(bus).start()
+    await bus.publish(subjects.TRAFFIC_DRIFT, drift("drift-again"), msg_id="drift-again")
+    await wait_for(lambda: len(engine.candidates) >= 2, timeout_s=60, what="the candidate proposed again")
+    first, again = engine.candidates[0], engine.candidates[1]
+    assert again.candidate_id == first.candidate_id and again.source == first.source
+    await engine.answer(again, 1.2)
+    await wait_for(lambda: bool(completed.items), timeout_s=60, what="completion")
+    assert completed.items[0].proposed == 1 and completed.items[0].stop_reason == "budget"

@@ -26,6 +26,7 @@ class Trial:
     parent_id: str = ""
     created_unix: float = 0.0
     published: bool = False
+    republished: int = 0  # times proposed again for want of a result (a delivery the bus gave up on)
     status: str = PENDING  # pending, ok, lost, or a BenchStatus name in lower case ("raised", ...)
     speedup: float = 0.0
     reason: str = ""
