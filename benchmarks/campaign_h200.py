@@ -50,7 +50,7 @@ from proto.gen.polymorph.v1 import engine_service_pb2 as es  # noqa: E402
 from proto.gen.polymorph.v1 import engine_service_pb2_grpc as es_grpc  # noqa: E402
 from proto.gen.polymorph.v1 import events_pb2 as ev  # noqa: E402
 from services.common.grpc_server import channel  # noqa: E402
-from services.console import client, progress  # noqa: E402
+from services.console import client, progress, tables  # noqa: E402
 from services.console.demo import wait_ready  # noqa: E402
 from services.console.stack import Stack  # noqa: E402
 
@@ -172,10 +172,22 @@ async def campaign(url: str, model: str, buckets: list[ev.ShapeBucket], budget: 
               f"{len(snap.promoted)} promoted ({time.perf_counter() - t0:.0f} s)", flush=True)
         await asyncio.sleep(5.0)
     assert snap is not None
-    return {"campaign_id": started.campaign_id, "seconds": round(time.perf_counter() - t0, 1),
+    return {"campaign_id": started.campaign_id, "trials": await trials(url, started.campaign_id),
+            "seconds": round(time.perf_counter() - t0, 1),
             "settled": snap.settled, "totals": dict(snap.totals), "first_verified_win": first_win,
             "promoted": [{"slot": p["slot"], "candidate_id": p["candidate_id"], "speedup": float(p["speedup"] or 0)}
                          for p in snap.promoted]}
+
+
+async def trials(url: str, campaign_id: str) -> list[dict[str, Any]]:
+    """Every candidate of the campaign in proposal order, with its fast-tier result and its verdict:
+    what the search tried, and what each try measured."""
+    reply = await client.sql(url, (
+        "select c.slot, c.agent, c.params, b.status, round(b.speedup, 3) as speedup, "
+        "round(b.speedup_lo, 3) as speedup_lo, v.status as verdict, v.failed_stage, v.decision "
+        "from candidates c left join benchmarks b using (candidate_id) left join verdicts v using (candidate_id) "
+        f"where c.campaign_id = '{campaign_id}' order by c.created_unix"))
+    return [] if reply.error else tables.rows(reply)
 
 
 def loop_section(b: Bench, model: str) -> None:

@@ -148,7 +148,12 @@ def _layer_grid() -> list[dict[str, int]]:
     grid = [dict(WO_SPLIT_K=ws, DOWN_SPLIT_K=ds, PROGRAMS_PER_SM=p)
             for ws in (1, 2, 4) for ds in (1, 2) for p in (2, 4)]
     grid += [dict(QKV_BLOCK_N=16, QKV_SPLIT_K=qs, UP_BLOCK_N=un) for qs in (1, 2) for un in (8, 32)]
-    return [*grid, dict(SKIP_DEAD=0, ATTN_STAGES=3), dict(COUNTERS=0)]
+    # batches of up to 64 rows through the layer too (tensor-core tiles past WIDE_M), with the wide
+    # tiles' K blocks and warps varied: at batch 64 they race cuBLAS, so only measurement picks them
+    wide = [dict(MAX_M=64, QKV_WIDE_BLOCK_K=bk, WO_WIDE_BLOCK_K=bk, DOWN_WIDE_BLOCK_K=bk) for bk in (128, 256)]
+    wide += [dict(MAX_M=64, QKV_WIDE_WARPS=8, WO_WIDE_WARPS=8, UP_WIDE_WARPS=8, DOWN_WIDE_WARPS=8)]
+    wide += [{**w, "SKIP_DEAD": 0, "ATTN_STAGES": 3} for w in wide]
+    return [*grid, dict(SKIP_DEAD=0, ATTN_STAGES=3), dict(COUNTERS=0), *wide]
 
 
 GRIDS = {"rmsnorm": _norm_grid, "add_rmsnorm": _norm_grid, "silu_mul": _silu_grid, "rope": _rope_grid,
