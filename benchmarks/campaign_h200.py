@@ -118,6 +118,18 @@ async def installed(address: str) -> dict[str, str]:
     return {s.slot: s.candidate_id for s in (slow.slots if slow else []) if s.candidate_id != "reference"}
 
 
+async def installed_when(address: str, promoted: list[dict[str, Any]], timeout_s: float) -> dict[str, str]:
+    """What the live engine runs once the registry's promotions have reached it (the services install
+    them a few seconds after kernel.promoted: run 501eb0d profiled 'after' 16 s too early)."""
+    wanted = {p["slot"]: p["candidate_id"] for p in promoted}
+    deadline = time.perf_counter() + timeout_s
+    while True:
+        now = await installed(address)
+        if all(now.get(slot) == cid for slot, cid in wanted.items()) or time.perf_counter() > deadline:
+            return now
+        await asyncio.sleep(2.0)
+
+
 async def greedy_agreement(address: str, vocab: int, prompts: int, steps: int) -> dict[str, Any]:
     """Tokens of the live engine (promoted set installed) against its reference-only path; where a
     sequence parts, whether the reference's own margin there is a near-tie (the verifier's rule,
@@ -219,7 +231,7 @@ def loop_section(b: Bench, model: str) -> None:
             b.save()
             if not rec["campaign"]["settled"]:  # its candidates still run on the same GPU as the profile
                 rec["after_caveat"] = "campaign still running when 'after' was profiled (it shares the GPU)"
-            rec["installed"] = await installed(address)
+            rec["installed"] = await installed_when(address, rec["campaign"]["promoted"], timeout_s=90)
             print(f"  installed on the live engine: {rec['installed']}", flush=True)
             rec["after"] = await profile(address, buckets)
             b.save()
