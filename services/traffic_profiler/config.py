@@ -58,7 +58,12 @@ class DetectorConfig:
     decode_tps: float = 40.0        # assumed decode speed per request (tokens/s), for Little's law
     prefill_tps: float = 8000.0     # assumed prefill throughput (tokens/s), for Little's law
     max_batch: int = 256            # decode batch size cap for shape buckets
-    max_lateness_s: float = 900.0   # a record this far behind the newest restarts the windows (rewind)
+    reorder_s: float = 60.0         # records are put back in arrival order over this much trace time
+    #                                 before they count (a pipeline publishes a request when it ends, so
+    #                                 arrivals come out of order by up to a request's latency)
+    max_lateness_s: float = 900.0   # records this far behind the newest, `rewind_records` in a row, are a
+    rewind_records: int = 50        # trace replayed again: a new epoch. Fewer are late records: counted,
+    #                                 reported, dropped (the windows they belong to were evaluated)
 
     @classmethod
     def from_env(cls, env: Env) -> DetectorConfig:

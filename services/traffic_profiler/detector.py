@@ -17,7 +17,11 @@ Timeline (all in trace time, i.e. the records' arrival_s):
 - cooldown_s after firing, each reported metric's reference re-bases onto the traffic since its
   change began (the new regime), so one change is reported once, while the other metrics keep
   comparing with the traffic before; a completed campaign (`request_rebase`) re-bases them all;
-- a record more than max_lateness_s behind the newest (a trace replayed again) starts a new epoch.
+- records are released to the windows in arrival order once they are reorder_s behind the newest
+  (a bounded reordering window: a serving stack publishes a request when it finishes); a record
+  behind what was already released is late: counted (`late`) and dropped, never a reset; only
+  rewind_records in a row more than max_lateness_s behind the newest (a trace replayed again) start
+  a new epoch, with those records as its first.
 
 Warm-up of a simulated prefix cache (records with block hashes and no cached_tokens): the cache
 starts empty, so its hit rate climbs for minutes whatever the traffic does. That is not drift, so
@@ -32,7 +36,9 @@ never hidden; only the comparison waits. Hit rates reported by the records thems
 from __future__ import annotations
 
 import hashlib
+import heapq
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -114,8 +120,12 @@ class DriftDetector:
     record_ticks: bool = False
     ticks: list[Tick] = field(default_factory=list)
     epoch: int = 0
-    records: int = 0
+    records: int = 0   # records released to the windows
     rewinds: int = 0
+    late: int = 0      # records that came after their windows had been evaluated: dropped
+    reordered: int = 0  # records that came out of order within the reordering window: put back in order
+    # called with each record as it reaches the windows and its prefix-cache hit tokens (NaN: unknown)
+    on_release: Callable[[Record, float], None] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         cfg = self.cfg
@@ -128,14 +138,18 @@ class DriftDetector:
         cfg = self.cfg
         self.cache = PrefixCache(cfg.cache_blocks, cfg.block_tokens)
         self.rows = RowStore()
-        self.latest: float | None = None
+        self.pending: list[tuple[float, int, Record]] = []  # the reordering window: a heap by arrival
+        self.seq = 0  # ties in arrival keep their order of coming
+        self.newest: float | None = None  # the newest arrival seen (released or not)
+        self.behind: list[Record] = []  # consecutive records far behind the newest: a replay, or stragglers
+        self.latest: float | None = None  # the newest arrival released to the windows
         self.first_t = 0.0
         self.next_tick: float | None = None
         self.refs: dict[str, Reference] = {}
         hold = math.ceil(cfg.noise_hold_s / cfg.step_s)
         self.noise = {(m, w): Noise.create(cfg.phi_history_ticks, cfg.phi_default, cfg.phi_max, cfg.phi_quantile, hold)
                       for m in (*LENGTHS, "prefix_hit_rate") for w in self.scales}
-        self.rebase_requested = False
+        self.rebase_from: float | None = None  # a campaign completed: rebase every reference from this tick
         self.sim_since: float | None = None    # first record whose hit came from the simulated cache
         self.cache_warm = False
 
@@ -143,10 +157,42 @@ class DriftDetector:
     def observe(self, record: Record) -> list[Drift]:
         """Add one record; returns the drifts fired by the ticks it closed (usually none)."""
         t = record.arrival_s
-        if self.latest is not None and t < self.latest - self.cfg.max_lateness_s:
+        if self.newest is not None and t < self.newest - self.cfg.max_lateness_s:
+            self.behind.append(record)
+            if len(self.behind) < max(self.cfg.rewind_records, 1):
+                return []
+            replayed, self.behind = self.behind, []
+            fired = self.flush()  # the old epoch's last records and ticks
             self.epoch += 1
             self.rewinds += 1
             self._reset()
+            return fired + [d for r in replayed for d in self.observe(r)]
+        if self.behind:  # a few stragglers, not a replay
+            self.late += len(self.behind)
+            self.behind = []
+        if self.latest is not None and t < self.latest:
+            self.late += 1
+            return []
+        if self.newest is not None and t < self.newest:
+            self.reordered += 1
+        self.newest = t if self.newest is None else max(self.newest, t)
+        heapq.heappush(self.pending, (t, self.seq, record))
+        self.seq += 1
+        return self._release(self.newest - self.cfg.reorder_s)
+
+    def drain(self) -> list[Drift]:
+        """Release every record waiting for order (the live service, once traffic pauses: no later
+        record will come to push them out), without evaluating ticks no record has passed yet."""
+        return self._release(math.inf)
+
+    def _release(self, upto: float) -> list[Drift]:
+        fired: list[Drift] = []
+        while self.pending and self.pending[0][0] <= upto:
+            fired.extend(self._ingest(heapq.heappop(self.pending)[2]))
+        return fired
+
+    def _ingest(self, record: Record) -> list[Drift]:
+        t = record.arrival_s
         if record.cached_tokens is not None:
             hit = float(min(record.cached_tokens, record.prompt_tokens))
         elif record.block_hashes:
@@ -165,19 +211,28 @@ class DriftDetector:
         else:  # most records close no tick: skip the call (this is the per-record hot path)
             fired = self._advance(t) if t > self.next_tick else []
         self.rows.append(t, record.prompt_tokens, record.output_tokens, hit, record.tag, record.expert_counts)
-        self.last_hit = hit  # NaN when unknown; lets offline reports reuse the cache simulation
+        if self.on_release is not None:  # offline reports reuse the cache simulation's hit
+            self.on_release(record, hit)
         if self.latest is None or t > self.latest:
             self.latest = t
         self.records += 1
         return fired
 
     def flush(self) -> list[Drift]:
-        """Evaluate the ticks up to the newest record (end of a trace file)."""
-        return [] if self.latest is None else self._advance(self.latest + 1e-9)
+        """Release every record still waiting for order and evaluate the ticks up to the newest (end of a
+        trace file)."""
+        fired = self._release(math.inf)
+        return fired if self.latest is None else fired + self._advance(self.latest + 1e-9)
+
+    @property
+    def rebase_requested(self) -> bool:
+        return self.rebase_from is not None
 
     def request_rebase(self) -> None:
         """A campaign completed: the traffic it tuned for becomes every reference at the next tick."""
-        self.rebase_requested = True
+        # at the tick of the newest arrival seen, not the next tick evaluated: that one lags the
+        # newest by the reordering window, and its traffic predates what the campaign tuned for
+        self.rebase_from = -math.inf if self.newest is None else self.newest
 
     def _advance(self, t: float) -> list[Drift]:
         fired: list[Drift] = []
@@ -198,10 +253,12 @@ class DriftDetector:
     def _evaluate(self, T: float) -> Drift | None:
         cfg = self.cfg
         self.rows.prune(T - max(self.scales[-1], cfg.rate_window_s, cfg.rate_reference_s) - cfg.window_s)
+        rebase_all = self.rebase_from is not None and self.rebase_from <= T
         for metric, ref in self.refs.items():
-            if self.rebase_requested or (ref.rebase_at is not None and ref.rebase_at <= T):
-                self._rebase(metric, ref, T)
-        self.rebase_requested = False
+            if rebase_all or (ref.rebase_at is not None and ref.rebase_at <= T):
+                self._rebase(metric, ref, T, campaign=rebase_all)
+        if rebase_all:
+            self.rebase_from = None
         if not self._cache_warm(T):  # nothing to compare yet: the hit-rate reference starts once warm
             self.refs["prefix_hit_rate"] = Reference(T, T, empty(T))
         checks = {m: c for m in METRICS if (c := self._check(m, T)) is not None}
@@ -278,10 +335,11 @@ class DriftDetector:
             ref.data = concat(ref.data, self.rows.window(ref.end, target))
             ref.end = target
 
-    def _rebase(self, metric: str, ref: Reference, T: float) -> None:
-        """The reference becomes the traffic since its change began (at most reference_s of it)."""
+    def _rebase(self, metric: str, ref: Reference, T: float, campaign: bool) -> None:
+        """The reference becomes the traffic since its change began (at most reference_s of it); after
+        a campaign, the last reference_s whatever changed."""
         start = T - self._span(metric)
-        if ref.rebase_from is not None and not self.rebase_requested:
+        if ref.rebase_from is not None and not campaign:
             start = max(start, ref.rebase_from)
         start = min(start, T - self.cfg.window_s)
         ref.start, ref.end, ref.data = start, T, self.rows.window(start, T)

@@ -40,13 +40,13 @@ def profile_trace(path: Path, config: DetectorConfig | None = None, *, mapping: 
     reader = read_trace(Path(path), mapping)
     detector = DriftDetector(config, record_ticks=record_ticks)
     everything = RowStore()
+    if overall:
+        detector.on_release = lambda r, hit: everything.append(r.arrival_s, r.prompt_tokens, r.output_tokens, hit,
+                                                                r.tag, r.expert_counts)
     result = TraceProfile(Path(path), config)
     start = time.perf_counter()
     for record in reader:
         result.drifts.extend(detector.observe(record))
-        if overall:
-            everything.append(record.arrival_s, record.prompt_tokens, record.output_tokens,
-                              detector.last_hit, record.tag, record.expert_counts)
     result.drifts.extend(detector.flush())
     result.seconds = time.perf_counter() - start
     result.records, result.malformed, result.errors = reader.records, reader.malformed, reader.errors

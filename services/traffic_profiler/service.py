@@ -7,6 +7,8 @@ snapshot) until JetStream acknowledged it, and its id is deterministic, so a re-
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 
 from proto.gen.polymorph.v1 import events_pb2 as ev
@@ -22,6 +24,7 @@ log = get_logger("traffic_profiler")
 DURABLE = "traffic-profiler"
 CAMPAIGNS_DURABLE = "traffic-profiler-campaigns"
 STREAM = "TRAFFIC"
+IDLE_DRAIN_S = 1.0  # wall seconds without a record before the reordering window is released
 
 
 class TrafficProfiler:
@@ -33,6 +36,9 @@ class TrafficProfiler:
         self.state = snapshots.load(self.snapshot_path) or snapshots.ProfilerState(DriftDetector(config.detector))
         self.bus: Bus | None = None
         self._last_snapshot = time.monotonic()
+        self._last_record = time.monotonic()
+        self._drainer: asyncio.Task | None = None
+        self._publishing = asyncio.Lock()  # the drainer and the record handler share the outbox
 
     @property
     def detector(self) -> DriftDetector:
@@ -43,9 +49,14 @@ class TrafficProfiler:
         await self._catch_up(bus)
         await bus.consume(subjects.TRAFFIC_REQUESTS, ev.RequestRecord, self._on_record, durable=DURABLE, batch=256)
         await bus.consume(subjects.CAMPAIGN_COMPLETED, ev.Campaign, self._on_campaign, durable=CAMPAIGNS_DURABLE)
+        self._drainer = asyncio.create_task(self._drain_when_idle(), name="traffic-profiler-drain")
         log.info("profiler started", resumed_at_seq=self.state.last_seq, records=self.detector.records)
 
     async def stop(self) -> None:
+        if self._drainer is not None:
+            self._drainer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._drainer
         self._save()
         log.info("profiler stopped", records=self.detector.records, malformed=self.state.malformed,
                  drifts=self.state.drifts)
@@ -87,7 +98,25 @@ class TrafficProfiler:
             self.state.drifts += len(fired)
             self._save()
 
+    async def _drain_when_idle(self) -> None:
+        """Records wait in the detector's reordering window until later ones push them out; when the
+        traffic pauses (no record for IDLE_DRAIN_S) they are released, so a pause never hides the last
+        minute of traffic, and a drift it completes is published."""
+        while True:
+            await asyncio.sleep(IDLE_DRAIN_S / 2)
+            if self.detector.pending and time.monotonic() - self._last_record >= IDLE_DRAIN_S:
+                fired = self.detector.drain()
+                if fired:
+                    self.state.outbox.extend(fired)
+                    self.state.drifts += len(fired)
+                self._save()
+                try:
+                    await self._flush_outbox()
+                except Exception as exc:  # the bus is away: the outbox is kept and retried on the next record
+                    log.warning("drift publish failed; kept in the outbox", error=f"{type(exc).__name__}: {exc}")
+
     async def _on_record(self, msg: ev.RequestRecord, delivery: Delivery) -> None:
+        self._last_record = time.monotonic()
         if delivery.stream_seq > self.state.last_seq:
             self._observe(msg, delivery.stream_seq)
         await self._flush_outbox()
@@ -102,9 +131,13 @@ class TrafficProfiler:
     async def _flush_outbox(self) -> None:
         """Publish fired drifts; a failure raises, so the record is redelivered and we try again."""
         assert self.bus is not None
+        async with self._publishing:
+            await self._publish_outbox(self.bus)
+
+    async def _publish_outbox(self, bus: Bus) -> None:
         while self.state.outbox:
             drift = self.state.outbox[0]
-            if await self.bus.publish(subjects.TRAFFIC_DRIFT, drift.to_proto(self.config.model), msg_id=drift.drift_id):
+            if await bus.publish(subjects.TRAFFIC_DRIFT, drift.to_proto(self.config.model), msg_id=drift.drift_id):
                 metrics.TRAFFIC_DRIFTS.inc()  # not a re-publish of one a crash left in the outbox
             self.state.outbox.pop(0)
             log.info("drift published", drift_id=drift.drift_id, t_s=drift.t_s,

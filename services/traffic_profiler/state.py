@@ -15,8 +15,8 @@ from services.common.log import get_logger
 from services.traffic_profiler.detector import Drift, DriftDetector
 
 log = get_logger("traffic_profiler")
-VERSION = 4  # 2: location-test design effects, cache warm-up state; 3: location wander (noise.py);
-#             4: a middle window with its own noise levels
+VERSION = 5  # 2: location-test design effects, cache warm-up state; 3: location wander (noise.py);
+#             4: a middle window with its own noise levels; 5: the reordering window, late records
 
 
 @dataclass

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 import time
 from pathlib import Path
 
@@ -83,8 +84,11 @@ def test_the_table_runs_vllms_op_until_a_kernel_passes_its_check() -> None:
     assert "raised RuntimeError" in table.check("rmsnorm", raises).detail
     assert not ServingTable().check("rmsnorm", good.kernel).passed  # nothing recorded: nothing to judge on
     table.install("rmsnorm", good.candidate_id, good.kernel)
+    installed_at = time.time()
     out = serve(table)
     assert table.calls[("rmsnorm", good.candidate_id)] == 1 and out.dtype == torch.bfloat16
+    first = table.state()["slots"]["rmsnorm"]["first_call_unix"]
+    assert first[good.candidate_id] >= installed_at and first[NATIVE] <= installed_at  # when it was first served
     table.restore("rmsnorm")
     serve(table)
     assert table.calls[("rmsnorm", NATIVE)] == 5
@@ -147,6 +151,8 @@ def test_traffic_never_blocks_serving_and_counts_what_it_drops(tmp_path: Path) -
     assert counters["queued"] == 50 and counters["dropped"] == 450 and counters["published"] == 0
     assert publisher.queue[-1].request_id == "r499"
     publisher.stop()
+    # stopped means stopped: a client left retrying its first connection logged into later tests' stdout
+    assert not [t for t in threading.enumerate() if t.name == "polymorph-traffic"]
 
 
 async def test_traffic_reaches_the_stream_with_the_serving_identity_which_can_do_nothing_else(

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from proto.gen.polymorph.v1 import events_pb2 as ev
+from services.adapters.vllm.background import BackgroundLoop
 from services.adapters.vllm.settings import AdapterSettings
 from services.adapters.vllm.table import NATIVE, SERVED_SLOTS, ServingTable
 from services.common import subjects
@@ -49,9 +49,15 @@ class Sidecar:
         self.state_file = settings.state_dir / f"worker-{os.getpid()}.json"
         self.kernels_dir = settings.state_dir / "kernels"
         self._key: Any = None
+        self._background = BackgroundLoop("polymorph-sidecar", self._main)
+        self._nc: Any = None
+
+    def stop(self) -> None:
+        """End the sidecar's thread, a connection attempt in progress included (tests)."""
+        self._background.stop()
 
     def start(self) -> None:
-        threading.Thread(target=lambda: asyncio.run(self._main()), name="polymorph-sidecar", daemon=True).start()
+        self._background.start()
         log.info("polymorph adapter attached", model=self.settings.model, hardware=self.hardware,
                  dispatch=self.dispatch, follows=bool(self._follows()), state_file=str(self.state_file))
 
@@ -71,7 +77,13 @@ class Sidecar:
         tasks = [asyncio.create_task(self._write_state_forever())]
         if not self._follows():
             tasks.append(asyncio.create_task(self._follow_forever()))
-        await asyncio.gather(*tasks)
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            if self._nc is not None and not self._nc.is_closed:  # stopped: no reconnect loop outlives it
+                await self._nc.close()
 
     # -- the bus --------------------------------------------------------------------------------
     async def _follow_forever(self) -> None:
@@ -84,6 +96,7 @@ class Sidecar:
                                         max_reconnect_attempts=-1, reconnect_time_wait=1.0, connect_timeout=2.0,
                                         error_cb=self._on_error, disconnected_cb=self._on_disconnect,
                                         reconnected_cb=self._on_reconnect)
+                self._nc = nc
                 js = nc.jetstream()
                 await js.subscribe("kernel.>", cb=self._on_message, ordered_consumer=True,
                                    config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL))

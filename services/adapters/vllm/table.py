@@ -65,6 +65,7 @@ def _outputs(value: Any) -> tuple[torch.Tensor, ...]:
 class ServingTable:
     keep_inputs: int = KEEP_INPUTS
     calls: Counter[tuple[str, str]] = field(default_factory=Counter)  # (slot, candidate id) → calls
+    first_call: dict[tuple[str, str], float] = field(default_factory=dict)  # (slot, candidate id) → unix
     events: list[TableEvent] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -76,7 +77,10 @@ class ServingTable:
     def call(self, slot: str, native: Kernel, *args: Any) -> Any:
         """Run the slot's installed kernel (vLLM's own when none) on slot-form arguments."""
         current = self._installed[slot]
-        self.calls[(slot, current.candidate_id)] += 1
+        key = (slot, current.candidate_id)
+        self.calls[key] += 1
+        if key not in self.first_call:  # when a promotion was first served (benchmarks/vllm_cpu.py)
+            self.first_call[key] = time.time()
         if len(self._recorded[slot]) < self.keep_inputs and not torch.compiler.is_compiling():
             self._record(slot, args, native)
         if current.kernel is None:
@@ -86,6 +90,7 @@ class ServingTable:
     def count(self, slot: str, candidate_id: str, n: int = 1) -> None:
         """A call that bypassed `call` (vLLM's own op run directly, no slot form built)."""
         self.calls[(slot, candidate_id)] += n
+        self.first_call.setdefault((slot, candidate_id), time.time())
 
     def has_inputs(self, slot: str) -> bool:
         return len(self._recorded[slot]) >= self.keep_inputs
@@ -146,6 +151,7 @@ class ServingTable:
             return {
                 "slots": {slot: {"installed": self._installed[slot].candidate_id,
                                  "calls": {cid: n for (s, cid), n in self.calls.items() if s == slot},
+                                 "first_call_unix": {cid: t for (s, cid), t in self.first_call.items() if s == slot},
                                  "recorded_shapes": [str(k[0][0]) for k in self._recorded[slot]]}
                           for slot in SERVED_SLOTS},
                 "events": [e.__dict__ for e in self.events],

@@ -15,6 +15,7 @@ import threading
 from typing import Any
 
 from proto.gen.polymorph.v1 import events_pb2 as ev
+from services.adapters.vllm.background import BackgroundLoop
 from services.adapters.vllm.settings import AdapterSettings
 from services.common import subjects
 from services.common.log import get_logger
@@ -33,7 +34,8 @@ class TrafficPublisher:
         self.failed_batches = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._background = BackgroundLoop("polymorph-traffic", self._run)
+        self._nc: Any = None
 
     def offer(self, record: ev.RequestRecord) -> None:
         """On the serving path: keep the record for the publisher thread, or count it dropped."""
@@ -42,10 +44,8 @@ class TrafficPublisher:
                 self.queue.popleft()  # the oldest goes: the profiler wants what traffic looks like now
                 self.dropped += 1
             self.queue.append(record)
-        if self._thread is None and self.settings.nats_url:
-            self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), name="polymorph-traffic",
-                                            daemon=True)
-            self._thread.start()
+        if not self._background.started and self.settings.nats_url:
+            self._background.start()
 
     def _take(self) -> list[ev.RequestRecord]:
         with self._lock:
@@ -58,6 +58,13 @@ class TrafficPublisher:
             self.queue.extendleft(reversed(batch[len(batch) - min(room, len(batch)):]))
 
     async def _run(self) -> None:
+        try:
+            await self._publish_forever()
+        finally:
+            if self._nc is not None and not self._nc.is_closed:  # its reconnect loop must not outlive it
+                await self._nc.close()
+
+    async def _publish_forever(self) -> None:
         import nats
 
         nc = None
@@ -67,6 +74,7 @@ class TrafficPublisher:
                     nc = await nats.connect(self.settings.nats_url, name=f"vllm-traffic-{os.getpid()}",
                                             max_reconnect_attempts=-1, reconnect_time_wait=1.0,
                                             connect_timeout=2.0, error_cb=self._on_error)
+                    self._nc = nc
                 js = nc.jetstream()
                 batch = self._take()
                 if not batch:
@@ -87,15 +95,15 @@ class TrafficPublisher:
                 log.warning("traffic not published yet", error=f"{type(exc).__name__}: {exc}"[:300],
                             queued=len(self.queue), dropped=self.dropped)
                 await asyncio.sleep(1.0)
-        if nc is not None and not nc.is_closed:  # stopped: its reconnect loop must not outlive it
-            await nc.close()
 
     async def _on_error(self, exc: Exception) -> None:
         log.warning("nats error", error=str(exc)[:300])
 
     def stop(self) -> None:
-        """Let the publisher thread end (tests; vLLM's process exit ends the daemon thread anyway)."""
+        """End the publisher thread, a connection attempt in progress included (tests; vLLM's process
+        exit ends the daemon thread anyway)."""
         self._stop.set()
+        self._background.stop()
 
     def counters(self) -> dict[str, int]:
         return {"queued": len(self.queue), "published": self.published, "dropped": self.dropped,
