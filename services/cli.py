@@ -128,10 +128,24 @@ def cmd_credentials(args: argparse.Namespace) -> int:
     return 0
 
 
+PROFILE_FLAGS = {"window_s": "--window", "reference_s": "--reference", "cache_blocks": "--cache-blocks",
+                 "reorder_s": "--reorder"}  # DetectorConfig field -> flag (the rest: POLYMORPH_TRAFFIC_PROFILER_*)
+
+
 def cmd_profile(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from services.traffic_profiler.config import DetectorConfig
     from services.traffic_profiler.report import profile_command
 
-    return profile_command(args.trace, json_out=args.json, plot=args.plot, mapping=_column_mapping(args))
+    try:  # the documented variables, as the live profiler reads them; flags win
+        config = DetectorConfig.from_env(Env.current())
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    flags = {name: getattr(args, name) for name in PROFILE_FLAGS if getattr(args, name) is not None}
+    return profile_command(args.trace, json_out=args.json, plot=args.plot, mapping=_column_mapping(args),
+                           config=replace(config, **flags))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -198,6 +212,15 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("--json", action="store_true", help="print one JSON object")
     profile.add_argument("--plot", type=Path, default=None, help="PNG of the windowed statistics")
     profile.add_argument("--columns", help="generic CSV/JSONL mapping, e.g. arrival=ts:ms,prompt=in,output=out")
+    profile.add_argument(PROFILE_FLAGS["window_s"], dest="window_s", type=float,
+                         help="current window in seconds (POLYMORPH_TRAFFIC_PROFILER_WINDOW_S, default 60)")
+    profile.add_argument(PROFILE_FLAGS["reference_s"], dest="reference_s", type=float,
+                         help="reference span in seconds (POLYMORPH_TRAFFIC_PROFILER_REFERENCE_S, default 900)")
+    profile.add_argument(PROFILE_FLAGS["cache_blocks"], dest="cache_blocks", type=int,
+                         help="simulated prefix-cache capacity in blocks, 0 unbounded "
+                              "(POLYMORPH_TRAFFIC_PROFILER_CACHE_BLOCKS, default 1000000)")
+    profile.add_argument(PROFILE_FLAGS["reorder_s"], dest="reorder_s", type=float,
+                         help="reordering window in seconds (POLYMORPH_TRAFFIC_PROFILER_REORDER_S, default 60)")
     profile.set_defaults(func=cmd_profile)
     return parser
 

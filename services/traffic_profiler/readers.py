@@ -23,10 +23,11 @@ import csv
 import itertools
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
 
 from services.traffic_profiler.fast_reader import load
 from services.traffic_profiler.records import MalformedRecord, Record, validated
@@ -34,6 +35,7 @@ from services.traffic_profiler.records import MalformedRecord, Record, validated
 UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, "datetime": 1.0}
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
 KEPT_ERRORS = 20
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -106,12 +108,13 @@ class TraceReader:
     lines: int = 0
     records: int = 0
     malformed: int = 0
+    out_of_order: int = 0  # records the file held before an earlier-stamped one (sorted when read whole)
     errors: list[str] = field(default_factory=list)
 
     def __iter__(self) -> Iterator[Record]:
         fast = load(self.path, self.mapping, detect_mapping, UNITS, self.path.suffix.lower() in JSON_SUFFIXES)
         if fast is not None:  # a clean file, parsed whole; anything else goes line by line below
-            self.mapping, records = fast
+            self.mapping, records, self.out_of_order = fast
             if self.limit is not None:
                 records = itertools.islice(records, max(self.limit, 0))
             for record in records:
@@ -182,17 +185,26 @@ class TraceReader:
                 yield reader.line_num, dict(zip(header, row, strict=True))
 
 
+def _field(column: str, convert: Callable[[object], T], value: object) -> T:
+    """`convert(value)`, or a MalformedRecord that names the column."""
+    try:
+        return convert(value)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise MalformedRecord(f"field {column!r}: {exc}") from exc
+
+
 def _to_record(row: dict, m: ColumnMapping, dates: dict[str, float]) -> Record:
     raw_t = row[m.arrival]
-    arrival = _datetime_s(raw_t, dates) if m.arrival_unit == "datetime" else float(raw_t) * UNITS[m.arrival_unit]
+    arrival = (_field(m.arrival, lambda v: _datetime_s(v, dates), raw_t) if m.arrival_unit == "datetime"
+               else _field(m.arrival, lambda v: float(v), raw_t) * UNITS[m.arrival_unit])  # type: ignore[arg-type]
     return validated(
         Record(
             arrival_s=arrival,
-            prompt_tokens=_int(row[m.prompt]),
-            output_tokens=_int(row[m.output]),
-            cached_tokens=_optional_int(row.get(m.cached)) if m.cached else None,
-            block_hashes=_int_list(row.get(m.hashes)) if m.hashes else [],
-            expert_counts=_int_list(row.get(m.experts)) if m.experts else [],
+            prompt_tokens=_field(m.prompt, _int, row[m.prompt]),
+            output_tokens=_field(m.output, _int, row[m.output]),
+            cached_tokens=_field(m.cached, _optional_int, row.get(m.cached)) if m.cached else None,
+            block_hashes=_field(m.hashes, _int_list, row.get(m.hashes)) if m.hashes else [],
+            expert_counts=_field(m.experts, _int_list, row.get(m.experts)) if m.experts else [],
             tag=str(row.get(m.tag) or "") if m.tag else "",
             model=str(row.get(m.model) or "") if m.model else "",
             request_id=str(row.get(m.request_id) or "") if m.request_id else "",

@@ -38,15 +38,30 @@ METRIC_COLOURS = {"prompt_tokens": "tab:red", "output_tokens": "tab:orange", "ar
                   "prefix_hit_rate": "tab:green", "expert_load": "tab:purple", "tag_mix": "tab:brown"}
 
 
+MAX_LATE_SHARE = 0.01  # more records dropped as late than this: the profile would not describe the file
+
+
 def profile_command(path: Path, *, json_out: bool, plot: Path | None, config: DetectorConfig | None = None,
                     mapping: ColumnMapping | None = None) -> int:
-    """Profile a trace file; 0 on success, 2 when the file cannot be read as a trace."""
+    """Profile a trace file; 0 on success, 2 when the file cannot be read as a trace, holds no record,
+    or is too far from time-sorted to profile (records dropped as late)."""
     console = Console(stderr=json_out)
     try:
         result = profile_trace(Path(path), config, mapping=mapping)
     except (OSError, ValueError) as exc:
         console.print(f"[red]cannot profile {path}: {exc}[/red]")
         return 2
+    if result.records == 0:
+        why = f"; {result.malformed} malformed lines, first: {result.errors[0]}" if result.errors else ""
+        console.print(f"[red]cannot profile {path}: no records{why}[/red]")
+        return 2
+    if result.late > MAX_LATE_SHARE * result.records:
+        console.print(f"[red]cannot profile {path}: {result.late} of {result.records} records came more than "
+                      f"{result.config.reorder_s:.0f} s behind newer ones (the file is not time-sorted and has "
+                      "malformed lines, so it was read line by line); sort it by arrival first[/red]")
+        return 2
+    for warning in result.warnings:
+        console.print(f"[yellow]warning: {warning}[/yellow]")
     if plot is not None:
         write_plot(result, Path(plot))
     if json_out:
@@ -92,6 +107,11 @@ def to_json(result: TraceProfile) -> dict:
         "records": result.records,
         "malformed": result.malformed,
         "errors": result.errors,
+        "out_of_order": result.out_of_order,
+        "late": result.late,
+        "reordered": result.reordered,
+        "rewinds": result.rewinds,
+        "warnings": result.warnings,
         "seconds": result.seconds,
         "config": asdict(result.config),
         "changes": result.changes(),
