@@ -71,8 +71,9 @@ def timed_blocks(api: openai.OpenAI, blocks: int, concurrency: int, max_tokens: 
 
 
 def worker_state(state_dir: Path) -> dict[str, Any]:
-    files = sorted(state_dir.glob("worker-*.json"))
-    return json.loads(files[0].read_text()) if files else {}
+    """The live worker's state file: the newest (earlier servers' workers left theirs behind)."""
+    files = sorted(state_dir.glob("worker-*.json"), key=lambda p: p.stat().st_mtime)
+    return json.loads(files[-1].read_text()) if files else {}
 
 
 async def promote_and_wait(stack: Stack, state_dir: Path, api: openai.OpenAI, timeout_s: float) -> dict[str, Any]:
