@@ -93,6 +93,10 @@ class TrafficProfiler:
         fired = self.detector.observe(record)
         metrics.TRAFFIC_REQUESTS.inc()
         self.state.last_seq = max(self.state.last_seq, seq)
+        self._keep(fired)
+
+    def _keep(self, fired: list) -> None:
+        """Fired drifts go to the outbox, saved before anything is published."""
         if fired:
             self.state.outbox.extend(fired)
             self.state.drifts += len(fired)
@@ -104,16 +108,14 @@ class TrafficProfiler:
         minute of traffic, and a drift it completes is published."""
         while True:
             await asyncio.sleep(IDLE_DRAIN_S / 2)
-            if self.detector.pending and time.monotonic() - self._last_record >= IDLE_DRAIN_S:
-                fired = self.detector.drain()
-                if fired:
-                    self.state.outbox.extend(fired)
-                    self.state.drifts += len(fired)
+            if not self.detector.pending or time.monotonic() - self._last_record < IDLE_DRAIN_S:
+                continue
+            try:
+                self._keep(self.detector.drain())
                 self._save()
-                try:
-                    await self._flush_outbox()
-                except Exception as exc:  # the bus is away: the outbox is kept and retried on the next record
-                    log.warning("drift publish failed; kept in the outbox", error=f"{type(exc).__name__}: {exc}")
+                await self._flush_outbox()
+            except Exception as exc:  # the bus is away: the outbox is kept, retried on the next record or pause
+                log.warning("idle drain failed; retried", error=f"{type(exc).__name__}: {exc}")
 
     async def _on_record(self, msg: ev.RequestRecord, delivery: Delivery) -> None:
         self._last_record = time.monotonic()
