@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ from services.common import identities, subjects
 from services.common.bus import Bus
 from services.common.nats_server import EmbeddedNats
 from services.common.signing import Signer, encode_public
+from services.engine_host.loader import load_candidate
 from tests.adapters.kernels import RMSNORM, WRONG_RMSNORM, ids
 
 HARDWARE = "test-cpu"
@@ -69,9 +71,6 @@ def test_the_table_runs_vllms_op_until_a_kernel_passes_its_check() -> None:
         serve(table, rows)
     assert table.installed_id("rmsnorm") == NATIVE and table.calls[("rmsnorm", NATIVE)] == 4
     assert len(table.recorded("rmsnorm")) == 2  # one set per distinct shape, the first two seen
-    import tempfile
-
-    from services.engine_host.loader import load_candidate
     good = load_candidate(RMSNORM, "rmsnorm", Path(tempfile.mkdtemp()))
     wrong = load_candidate(WRONG_RMSNORM, "rmsnorm", Path(tempfile.mkdtemp()))
     assert table.check("rmsnorm", good.kernel).passed
@@ -93,6 +92,24 @@ def test_the_table_runs_vllms_op_until_a_kernel_passes_its_check() -> None:
     serve(table)
     assert table.calls[("rmsnorm", NATIVE)] == 5
     assert [e["action"] for e in table.state()["events"]] == ["installed", "restored"]
+
+
+def test_a_slot_with_nothing_installed_runs_vllms_op_directly_once_its_inputs_are_sampled() -> None:
+    table = ServingTable(keep_inputs=2, sample_calls=3)
+    serve(table, 3)
+    assert not table.serves_native("rmsnorm")  # one shape of two held: keep building the slot form
+    serve(table, 5)
+    assert table.serves_native("rmsnorm") and table.calls[("rmsnorm", NATIVE)] == 3  # the direct call counts
+    one_shape = ServingTable(keep_inputs=2, sample_calls=3)
+    for _ in range(3):
+        serve(one_shape, 3)
+    assert one_shape.serves_native("rmsnorm", 2)  # a worker that only ever sees one shape stops sampling
+    assert one_shape.calls[("rmsnorm", NATIVE)] == 5
+    good = load_candidate(RMSNORM, "rmsnorm", Path(tempfile.mkdtemp()))
+    table.install("rmsnorm", good.candidate_id, good.kernel)
+    assert not table.serves_native("rmsnorm")  # an installed kernel is always called through the table
+    table.restore("rmsnorm")
+    assert table.serves_native("rmsnorm")
 
 
 def test_the_sidecar_serves_only_signed_checked_promotions_for_its_model_and_hardware(tmp_path: Path) -> None:

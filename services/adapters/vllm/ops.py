@@ -10,7 +10,8 @@ translates vLLM's call into Polymorph's slot form (services/common/slot_specs.py
   and back after (two copies each way: the price of serving its kernels; checked like any other).
 An op vLLM built with options these slot forms do not cover (no weight, a variance size override,
 partial rotary, no key) always runs vLLM's own code. With nothing installed a slot runs vLLM's own
-forward untouched; the slot form is built only to record the worker's first inputs (the check's).
+forward untouched (`serves_native`: one counter per call); the slot form is built only while the worker
+samples its first inputs (the check's).
 
 Live swaps need the op to be dispatched at run time: under `--enforce-eager` (or compilation mode 0)
 every call goes through the table. A compiled model traces the Python dispatch away, so the plugin
@@ -24,7 +25,6 @@ from typing import Any
 import torch
 
 from services.adapters.vllm import worker
-from services.adapters.vllm.table import NATIVE
 
 
 def _interleave(d: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -53,7 +53,8 @@ def register() -> None:
 
         def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> Any:
             table = worker.table()
-            if table is None or not self._slot_form:
+            if (table is None or not self._slot_form
+                    or table.serves_native("rmsnorm" if residual is None else "add_rmsnorm")):
                 return super().forward(x, residual)
             shape = x.shape
             if residual is None:
@@ -81,7 +82,7 @@ def register() -> None:
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             table = worker.table()
-            if table is None:
+            if table is None or table.serves_native("silu_mul"):
                 return super().forward(x)
             d = x.shape[-1] // 2
             lead = x.shape[:-1]
@@ -104,10 +105,7 @@ def register() -> None:
                     key: torch.Tensor | None = None) -> Any:
             table = worker.table()
             if (table is None or key is None or self.rotary_dim != self.head_size
-                    or getattr(self, "cos_sin_cache", None) is None
-                    or (table.installed_id("rope") == NATIVE and table.has_inputs("rope"))):
-                if table is not None and key is not None:
-                    table.count("rope", NATIVE, 2)
+                    or getattr(self, "cos_sin_cache", None) is None or table.serves_native("rope", 2)):
                 return super().forward(positions, query, key)
             D, neox = self.head_size, self.is_neox_style
             if self._maps is None or self._maps[0].device != query.device:

@@ -24,6 +24,9 @@ from services.common.tensors import Comparison, compare_all
 NATIVE = "native"
 SERVED_SLOTS = ("rmsnorm", "add_rmsnorm", "silu_mul", "rope")
 KEEP_INPUTS = 4  # recorded input sets per slot, one per distinct argument shape, the first seen
+# calls per slot that may build the slot form to record inputs; after them (or once KEEP_INPUTS shapes are
+# held) a slot with nothing installed runs vLLM's op directly: the plugin's cost is one counter then
+SAMPLE_CALLS = 512
 
 Kernel = Callable[..., Any]
 
@@ -64,6 +67,7 @@ def _outputs(value: Any) -> tuple[torch.Tensor, ...]:
 @dataclass
 class ServingTable:
     keep_inputs: int = KEEP_INPUTS
+    sample_calls: int = SAMPLE_CALLS
     calls: Counter[tuple[str, str]] = field(default_factory=Counter)  # (slot, candidate id) → calls
     first_call: dict[tuple[str, str], float] = field(default_factory=dict)  # (slot, candidate id) → unix
     events: list[TableEvent] = field(default_factory=list)
@@ -71,6 +75,7 @@ class ServingTable:
     def __post_init__(self) -> None:
         self._installed = {slot: Installed(NATIVE, None) for slot in SERVED_SLOTS}
         self._recorded: dict[str, dict[tuple[Any, ...], Recorded]] = {slot: {} for slot in SERVED_SLOTS}
+        self._sampled = {slot: 0 for slot in SERVED_SLOTS}  # slot-form calls that could have recorded
         self._lock = threading.Lock()  # recording and events; the call path reads one dict entry
 
     # -- the forward path -----------------------------------------------------------------------
@@ -82,18 +87,23 @@ class ServingTable:
         if key not in self.first_call:  # when a promotion was first served (benchmarks/vllm_cpu.py)
             self.first_call[key] = time.time()
         if len(self._recorded[slot]) < self.keep_inputs and not torch.compiler.is_compiling():
+            self._sampled[slot] += 1
             self._record(slot, args, native)
         if current.kernel is None:
             return native(*args)
         return current.kernel(*args)
 
-    def count(self, slot: str, candidate_id: str, n: int = 1) -> None:
-        """A call that bypassed `call` (vLLM's own op run directly, no slot form built)."""
-        self.calls[(slot, candidate_id)] += n
-        self.first_call.setdefault((slot, candidate_id), time.time())
-
-    def has_inputs(self, slot: str) -> bool:
-        return len(self._recorded[slot]) >= self.keep_inputs
+    def serves_native(self, slot: str, n: int = 1) -> bool:
+        """True (and the n calls counted as vLLM's) when the caller may run vLLM's own op directly,
+        without building the slot form: nothing is installed and the slot's inputs are sampled."""
+        if self._installed[slot].kernel is not None or (
+                len(self._recorded[slot]) < self.keep_inputs and self._sampled[slot] < self.sample_calls):
+            return False
+        key = (slot, NATIVE)
+        self.calls[key] += n
+        if key not in self.first_call:
+            self.first_call[key] = time.time()
+        return True
 
     def _record(self, slot: str, args: tuple[Any, ...], native: Kernel) -> None:
         key = _signature(args)
