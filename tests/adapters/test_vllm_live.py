@@ -124,6 +124,8 @@ async def test_vllm_serves_promoted_kernels_live_and_reports_its_traffic(tmp_pat
             assert state["dispatch"] == "eager" and state["follows"] == "yes", state
             assert all(s["installed"] == NATIVE for s in state["slots"].values())
             assert all(calls(state, slot, NATIVE) > 0 for slot in SERVED_SLOTS), state["slots"]
+            # the stand-ins dispatch as vLLM's classes do (register_oot renames them: ops.py)
+            assert {"PolymorphRMSNorm", "PolymorphSiluAndMul"} <= set(state["methods"]), state["methods"]
 
             # (a) vLLM's finished requests reach traffic.requests and the profiler (its durable consumer
             # acknowledged them)

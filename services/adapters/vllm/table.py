@@ -71,6 +71,7 @@ class ServingTable:
     calls: Counter[tuple[str, str]] = field(default_factory=Counter)  # (slot, candidate id) → calls
     first_call: dict[tuple[str, str], float] = field(default_factory=dict)  # (slot, candidate id) → unix
     events: list[TableEvent] = field(default_factory=list)
+    methods: dict[str, str] = field(default_factory=dict)  # op class → the vLLM forward it dispatches to
 
     def __post_init__(self) -> None:
         self._installed = {slot: Installed(NATIVE, None) for slot in SERVED_SLOTS}
@@ -165,4 +166,5 @@ class ServingTable:
                                  "recorded_shapes": [str(k[0][0]) for k in self._recorded[slot]]}
                           for slot in SERVED_SLOTS},
                 "events": [e.__dict__ for e in self.events],
+                "methods": dict(self.methods),
             }

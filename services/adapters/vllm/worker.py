@@ -20,6 +20,13 @@ def table() -> ServingTable | None:
 
 
 def attach(module: Any) -> None:
+    _make_table()
+    assert _table is not None
+    # which of vLLM's forwards each op class runs (forward_cpu, forward_native, ...): the state file says
+    _table.methods[type(module).__name__] = getattr(module._forward_method, "__name__", "?")
+
+
+def _make_table() -> None:
     global _table
     if _table is not None:
         return
