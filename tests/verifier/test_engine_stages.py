@@ -27,9 +27,10 @@ from tests.verifier.helpers import MODEL, EngineHost, candidate
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(2400)]
 
-# a few hundred further calls catch every cheat outside the rare-corruption family (which gets RARE):
-# its counters and bombs go off within 64 calls; the serial verifications held 6 of the suite's 19 minutes
-SETTINGS = CascadeSettings(e2e_steps=8, e2e_prompts=2, extra_calls=512, extra_s=5.0)
+# further calls catch every cheat outside the rare-corruption family (which gets RARE): its counters
+# and bombs go off within 64 calls, so 192 keep a 3x margin (512, capped at 5 s a case, held 5 of the
+# suite's 20 minutes in the 48 cases that pass every check)
+SETTINGS = CascadeSettings(e2e_steps=8, e2e_prompts=2, extra_calls=192, extra_s=3.0)
 SHAPES = [ev.ShapeBucket(phase=ev.PHASE_DECODE, batch_size=1, context_len=64, weight=0.6),
           ev.ShapeBucket(phase=ev.PHASE_DECODE, batch_size=4, context_len=96, weight=0.4)]
 
